@@ -1,0 +1,32 @@
+# Two entry points for a new user: `make demo` and `make test`. Each sets up its own
+# virtual environment (.venv) and installs what it needs, so a clean clone with only
+# Python on the machine is enough.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# torch is pinned here (not in pyproject, which accepts any torch >= 2.4) so that a fresh
+# machine installs the release it already has on disk instead of downloading another.
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: demo test install bench clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_PINS)
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/torchwise demo --out demo-run
+
+test: install
+	$(PY) -m pytest -q -ra tests
+
+bench: install
+	$(PY) bench/bench_trainer.py
+
+clean:
+	rm -rf $(VENV) demo-run

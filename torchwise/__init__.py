@@ -1,0 +1,45 @@
+"""torchwise: the practical PyTorch training chain, done right.
+
+`import torchwise` stays light: the names below are resolved on first use, so the
+command line and the checker do not pay for modules they do not touch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "Trainer": "torchwise.train.trainer",
+    "FitResult": "torchwise.train.trainer",
+    "EarlyStopping": "torchwise.train.early_stop",
+    "Event": "torchwise.train.events",
+    "save_model": "torchwise.weights",
+    "load_model": "torchwise.weights",
+    "load_state_dict": "torchwise.weights",
+    "seed_everything": "torchwise.train.reproducibility",
+    "TorchwiseError": "torchwise.errors",
+    "watch": "torchwise.diagnose.watch",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchwise.errors import TorchwiseError
+    from torchwise.train.trainer import FitResult, Trainer
+    from torchwise.weights import load_model, save_model
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchwise' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

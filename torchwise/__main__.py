@@ -1,0 +1,3 @@
+from torchwise.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The `torchwise` command: one module per subcommand, each thin (parse, call the library, print)."""
