@@ -1,0 +1,53 @@
+"""Train and validation transforms for the image task (torchvision.transforms.v2).
+
+Training gets random augmentation (resized crop, optional horizontal flip); validation and
+statistics are deterministic (resize, center crop), so a validation number means the same thing
+every time it is measured.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def _to_float():
+    import torch
+    from torchvision.transforms import v2
+
+    return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
+
+
+def train_transform(size: int, mean: Sequence[float], std: Sequence[float], *,
+                    crop_scale: float = 0.35, hflip: bool = True):
+    from torchvision.transforms import v2
+
+    steps = []
+    if crop_scale >= 1.0:
+        # No crop: keep the whole image (RandomResizedCrop would still change the aspect ratio).
+        steps.append(v2.Resize((size, size), antialias=True))
+    else:
+        steps.append(v2.RandomResizedCrop(size, scale=(crop_scale, 1.0), antialias=True))
+    if hflip:
+        steps.append(v2.RandomHorizontalFlip())
+    return v2.Compose([v2.ToImage(), *steps, *_to_float()[1:], v2.Normalize(list(mean), list(std))])
+
+
+def eval_resize(size: int, center_crop: float = 0.875):
+    """Resize the shorter side to size/center_crop, then take the center size x size square."""
+    from torchvision.transforms import v2
+
+    resize_to = max(size, int(round(size / center_crop)))
+    return [v2.Resize(resize_to, antialias=True), v2.CenterCrop(size)]
+
+
+def val_transform(size: int, mean: Sequence[float], std: Sequence[float], *, center_crop: float = 0.875):
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.ToImage(), *eval_resize(size, center_crop), *_to_float()[1:],
+                       v2.Normalize(list(mean), list(std))])
+
+
+def stats_transform(size: int, *, center_crop: float = 0.875):
+    """What the model sees at validation, before normalization: the input for mean/std."""
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.ToImage(), *eval_resize(size, center_crop), *_to_float()[1:]])
