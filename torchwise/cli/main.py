@@ -17,6 +17,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("torchwise.cli.train", "train an image folder or a CSV file with no code"),
     "eval": ("torchwise.cli.eval", "evaluate a run or checkpoint: accuracy, per-class metrics, confusion matrix"),
     "check": ("torchwise.cli.check", "run your own training script and report the silent mistakes in it"),
+    "doctor": ("torchwise.cli.doctor", "check that torch really computes on every device; versions, driver, workers"),
+    "export": ("torchwise.cli.export", "export a run or checkpoint to ONNX / TorchScript / .pt2, verified against PyTorch"),
+    "predict": ("torchwise.cli.predict", "top-k predictions from an exported .onnx model (no torch needed)"),
 }
 
 
