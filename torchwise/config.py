@@ -56,7 +56,8 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    name: str = _opt("smallcnn", "smallcnn, mlp, a torchvision architecture (resnet18, ...) or pkg.module:callable")
+    name: str = _opt("auto", "auto (smallcnn for images, mlp for CSV), smallcnn, mlp, a torchvision "
+                             "architecture (resnet18, ...) or pkg.module:callable")
     weights: str | None = _opt(None, "LOCAL state dict file to start from (nothing is downloaded)")
     freeze_backbone: bool = _opt(False, "train only the new classification head")
 
