@@ -1,0 +1,184 @@
+"""Data loaders the Trainer can resume exactly, mid-epoch, without replaying batches.
+
+The order of an epoch is a pure function of (seed, epoch): a resumed run starts its batch sampler
+at the next unseen batch instead of spinning through the loader. A user's own
+`DataLoader(..., shuffle=True)` is rebuilt around the same dataset, batch size, collate function,
+workers and pinning, with this sampler in place of its RandomSampler.
+
+Random augmentation: with worker processes, each sample is fetched under a seed derived from
+(seed, epoch, position), so augmentations do not depend on which worker fetched what or on where
+the run was resumed. Without workers, augmentations draw from the main process' RNG, which the
+checkpoint saves and restores.
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import (BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, Sampler,
+                              SequentialSampler)
+
+from torchwise.errors import TorchwiseError
+from torchwise.train.reproducibility import derive_seed
+
+
+class ResumableBatchSampler(Sampler[list]):
+    """Batches of indices for one epoch; `set_epoch` picks the order, `set_start` skips batches already seen."""
+
+    def __init__(self, n: int, batch_size: int, *, shuffle: bool, drop_last: bool, seed: int, keyed: bool):
+        self.n, self.batch_size, self.shuffle, self.drop_last = n, batch_size, shuffle, drop_last
+        self.seed, self.keyed = seed, keyed
+        self.epoch, self.start = 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def set_start(self, batch_index: int) -> None:
+        self.start = batch_index
+
+    def batches_per_epoch(self) -> int:
+        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
+
+    def __len__(self) -> int:
+        return max(0, self.batches_per_epoch() - self.start)
+
+    def __iter__(self) -> Iterator[list]:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(derive_seed(self.seed, self.epoch))
+            order = torch.randperm(self.n, generator=g).tolist()
+        else:
+            order = list(range(self.n))
+        for b in range(self.start, self.batches_per_epoch()):
+            positions = range(b * self.batch_size, min((b + 1) * self.batch_size, self.n))
+            if self.keyed:
+                yield [(derive_seed(self.seed, self.epoch, p), order[p]) for p in positions]
+            else:
+                yield [order[p] for p in positions]
+
+
+class SeededDataset(Dataset):
+    """Fetches item `idx` with every RNG seeded from the key the sampler computed for it."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        sample_seed, idx = key
+        torch.default_generator.manual_seed(sample_seed)
+        random.seed(sample_seed)
+        np.random.seed(sample_seed % (2**32))
+        return self.dataset[idx]
+
+
+@dataclass
+class LoaderPlan:
+    """How a loader was built, for the run log."""
+    batch_size: int
+    num_workers: int
+    pin_memory: bool
+    shuffle: bool
+    resumable: bool
+    note: str = ""
+
+
+class TrainLoader:
+    """A DataLoader plus the sampler that makes it resumable (or the user's loader as-is, when it cannot be)."""
+
+    def __init__(self, loader: DataLoader, sampler: ResumableBatchSampler | None, plan: LoaderPlan):
+        self.loader, self.sampler, self.plan = loader, sampler, plan
+
+    def batches_per_epoch(self) -> int:
+        if self.sampler is not None:
+            return self.sampler.batches_per_epoch()
+        return len(self.loader)
+
+    def epoch_iter(self, epoch: int, start_batch: int = 0) -> Iterator[Any]:
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch)
+            self.sampler.set_start(start_batch)
+            if self.loader.generator is not None:
+                self.loader.generator.manual_seed(derive_seed(self.sampler.seed, epoch, 1))
+            return iter(self.loader)
+        # Not rebuildable (custom sampler / iterable dataset): replay to the position, the only correct option.
+        sampler = getattr(self.loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        it = iter(self.loader)
+        for _ in range(start_batch):
+            next(it)
+        return it
+
+
+def auto_workers(device: torch.device) -> int:
+    # On CPU the model and the workers compete for the same cores, and in-memory data sets do not
+    # need them; on a GPU the host must keep up with the device.
+    if device.type != "cuda":
+        return 0
+    return max(1, min(8, (os.cpu_count() or 2) - 1))
+
+
+def _check_dataset(dataset: Any, role: str) -> int:
+    if isinstance(dataset, IterableDataset):
+        return -1
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        raise TorchwiseError(f"{role} is neither a DataLoader nor a map-style Dataset.",
+                             values={role: type(dataset).__name__},
+                             fix="Pass a torch.utils.data.Dataset (with __len__ and __getitem__) or a DataLoader.")
+    n = len(dataset)
+    if n == 0:
+        raise TorchwiseError(f"{role} is empty: it has 0 samples.", values={role: type(dataset).__name__},
+                             fix="Check the path or the filter that built the data set.")
+    return n
+
+
+def build_loader(data: Any, *, role: str, train: bool, device: torch.device, batch_size: int, seed: int,
+                 num_workers: int | str = "auto") -> TrainLoader:
+    """A resumable loader for a Dataset or a user's DataLoader."""
+    pin = device.type == "cuda"
+    if isinstance(data, DataLoader):
+        return _rebuild_user_loader(data, role=role, seed=seed)
+    n = _check_dataset(data, role)
+    workers = auto_workers(device) if num_workers == "auto" else int(num_workers)
+    if n < 0:
+        loader = DataLoader(data, batch_size=batch_size, num_workers=workers, pin_memory=pin)
+        return TrainLoader(loader, None, LoaderPlan(batch_size, workers, pin, False, False, "iterable data set"))
+    sampler = ResumableBatchSampler(n, batch_size, shuffle=train, drop_last=False, seed=seed, keyed=workers > 0)
+    loader = DataLoader(SeededDataset(data) if workers > 0 else data, batch_sampler=sampler, num_workers=workers,
+                        pin_memory=pin, persistent_workers=workers > 0, generator=torch.Generator())
+    return TrainLoader(loader, sampler, LoaderPlan(batch_size, workers, pin, train, True))
+
+
+def _rebuild_user_loader(loader: DataLoader, *, role: str, seed: int) -> TrainLoader:
+    n = _check_dataset(loader.dataset, role)
+    plan = LoaderPlan(loader.batch_size or 0, loader.num_workers, loader.pin_memory, False, False)
+    simple_sampler = type(loader.sampler) in (RandomSampler, SequentialSampler)
+    simple_batches = type(loader.batch_sampler) is BatchSampler and loader.batch_size is not None
+    if n < 0 or not simple_sampler or not simple_batches:
+        plan.note = "custom sampler: resumed by replaying the epoch up to the saved position"
+        return TrainLoader(loader, None, plan)
+    shuffle = isinstance(loader.sampler, RandomSampler)
+    if shuffle and (loader.sampler.replacement or loader.sampler._num_samples is not None):
+        plan.note = "RandomSampler with replacement/num_samples: resumed by replaying"
+        return TrainLoader(loader, None, plan)
+    workers = loader.num_workers
+    sampler = ResumableBatchSampler(n, loader.batch_size, shuffle=shuffle, drop_last=loader.drop_last,
+                                    seed=seed, keyed=workers > 0)
+    kwargs: dict[str, Any] = dict(
+        batch_sampler=sampler, num_workers=workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
+        timeout=loader.timeout, worker_init_fn=loader.worker_init_fn, generator=torch.Generator(),
+        multiprocessing_context=loader.multiprocessing_context,
+    )
+    if workers > 0:
+        kwargs.update(persistent_workers=loader.persistent_workers, prefetch_factor=loader.prefetch_factor)
+    if getattr(loader, "pin_memory_device", ""):
+        kwargs["pin_memory_device"] = loader.pin_memory_device
+    rebuilt = DataLoader(SeededDataset(loader.dataset) if workers > 0 else loader.dataset, **kwargs)
+    plan.shuffle, plan.resumable = shuffle, True
+    return TrainLoader(rebuilt, sampler, plan)

@@ -1,0 +1,72 @@
+"""Validation: eval mode, inference_mode, metrics, and the model put back as it was."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from torchwise.train.batches import batch_size_of, move_to, split_batch
+from torchwise.train.precision import Precision
+from torchwise.train.reproducibility import capture_rng_state, restore_rng_state
+
+MetricFn = Callable[[torch.Tensor, torch.Tensor], float]
+
+
+class Evaluator:
+    def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor], precision: Precision,
+                 device: torch.device, task: str, metrics: dict[str, MetricFn] | None):
+        self.model, self.loss_fn, self.precision, self.device = model, loss_fn, precision, device
+        self.task, self.metrics = task, dict(metrics or {})
+
+    def outputs(self, batches: Iterable[Any]) -> tuple[list[torch.Tensor], list[Any], float, int]:
+        """Run the model over `batches` in eval mode; restores train mode and every RNG afterwards."""
+        was_training = self.model.training
+        rng = capture_rng_state()  # so that validating never changes what training does next
+        self.model.eval()
+        outs, targets, loss_sum, count = [], [], 0.0, 0
+        non_blocking = self.device.type == "cuda"
+        try:
+            with torch.inference_mode(), self.precision.autocast(self.device):
+                for batch in batches:
+                    inputs, target = split_batch(move_to(batch, self.device, non_blocking))
+                    out = self.model(*inputs)
+                    n = batch_size_of(target)
+                    loss_sum += float(self.loss_fn(out, target)) * n
+                    count += n
+                    outs.append(out.detach().float().cpu())
+                    targets.append(target.detach().cpu() if isinstance(target, torch.Tensor) else target)
+        finally:
+            self.model.train(was_training)
+            restore_rng_state(rng)
+        return outs, targets, loss_sum, count
+
+    def evaluate(self, batches: Iterable[Any], prefix: str = "val") -> dict[str, float]:
+        outs, targets, loss_sum, count = self.outputs(batches)
+        results = {f"{prefix}_loss": loss_sum / max(count, 1)}
+        if not outs or not all(isinstance(t, torch.Tensor) for t in targets):
+            return results
+        output, target = torch.cat(outs), torch.cat(targets)
+        if self.task == "classification":
+            results.update({f"{prefix}_{k}": v for k, v in classification_metrics(output, target).items()})
+        else:
+            results[f"{prefix}_mae"] = float((output.reshape(target.shape) - target.float()).abs().mean()) \
+                if output.numel() == target.numel() else math.nan
+        for name, fn in self.metrics.items():
+            results[f"{prefix}_{name}"] = float(fn(output, target))
+        return results
+
+
+def classification_metrics(output: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    if output.ndim == 2 and output.shape[1] > 1 and target.ndim == 1:
+        pred = output.argmax(dim=1)
+        metrics = {"acc": float((pred == target).float().mean())}
+        if output.shape[1] > 5:
+            top5 = output.topk(5, dim=1).indices
+            metrics["top5"] = float((top5 == target[:, None]).any(dim=1).float().mean())
+        return metrics
+    if output.numel() == target.numel():  # binary with one logit per sample
+        pred = (output.reshape(target.shape) > 0).to(target.dtype)
+        return {"acc": float((pred == target).float().mean())}
+    return {}

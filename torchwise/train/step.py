@@ -1,0 +1,102 @@
+"""One optimizer step: the seed articles' loop, in the right order, on one screen."""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from torchwise.errors import TorchwiseError
+from torchwise.train.precision import Precision
+
+
+@dataclass
+class StepResult:
+    loss: float                 # mean loss over the step's samples (nan when skipped for a non-finite loss)
+    grad_norm: float | None     # global L2 norm before clipping (None when not measured)
+    skipped: str | None         # why the optimizer step did not happen, or None
+    samples: int
+
+
+class StepRunner:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
+                 precision: Precision, device: torch.device, clip_grad_norm: float | None):
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.precision, self.device, self.clip = precision, device, clip_grad_norm
+        self.scaler = precision.make_scaler(device)
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self._loss_checked = False
+
+    def run(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
+        """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them."""
+        model, opt, scaler = self.model, self.optimizer, self.scaler
+        total = sum(n for _, _, n in micro_batches)
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for i, (inputs, target, n) in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            with self._no_sync(last):
+                with self.precision.autocast(self.device):
+                    loss = self.loss_fn(model(*inputs), target)
+                self._check_loss(loss)
+                value = loss.item()
+                if not math.isfinite(value):
+                    return StepResult(value, None, f"non-finite loss ({value})", total)
+                # Weighting by sample count makes N accumulated micro-batches equal one batch N times larger,
+                # also when the last micro-batch of an epoch is short (dividing by N would not).
+                weighted = loss * (n / total)
+                (scaler.scale(weighted) if scaler is not None else weighted).backward()
+            loss_sum += value * n
+        if scaler is not None:
+            scaler.unscale_(opt)  # clip and measure true gradients, not scaled ones
+        norm = None
+        if self.clip is not None:
+            norm = float(nn.utils.clip_grad_norm_(self.params, self.clip))
+        elif measure_norm:
+            norm = grad_norm(self.params)
+        if scaler is not None:
+            scale_before = scaler.get_scale()
+            scaler.step(opt)   # skips the update by itself when gradients hold inf/nan
+            scaler.update()
+            if scaler.get_scale() < scale_before:
+                return StepResult(loss_sum / total, norm, "fp16 gradient overflow (loss scale lowered)", total)
+        else:
+            if norm is not None and not math.isfinite(norm):
+                return StepResult(loss_sum / total, norm, f"non-finite gradient norm ({norm})", total)
+            opt.step()
+        return StepResult(loss_sum / total, norm, None, total)
+
+    def _no_sync(self, last_micro_batch: bool):
+        # Under DDP, only the last micro-batch of an accumulated step needs the gradient all-reduce.
+        if not last_micro_batch and hasattr(self.model, "no_sync"):
+            return self.model.no_sync()
+        return contextlib.nullcontext()
+
+    def _check_loss(self, loss: Any) -> None:
+        if self._loss_checked:
+            return
+        if not isinstance(loss, torch.Tensor):
+            raise TorchwiseError("The loss function must return a tensor.", values={"returned": type(loss).__name__},
+                                 fix="Return the loss tensor itself (not loss.item()), so it can be backpropagated.")
+        if loss.ndim != 0:
+            raise TorchwiseError("The loss function returned a tensor that is not a scalar.",
+                                 values={"shape": tuple(loss.shape)},
+                                 fix="Reduce it to one number, e.g. nn.CrossEntropyLoss(reduction='mean') or loss.mean().")
+        if not loss.requires_grad:
+            raise TorchwiseError("The loss does not depend on any trainable parameter (it has no gradient).",
+                                 values={"loss": float(loss.detach())},
+                                 fix="Compute the loss from the model's output without .detach(), .item() or "
+                                     "torch.no_grad(), and make sure some parameters have requires_grad=True.")
+        self._loss_checked = True
+
+
+def grad_norm(params: list[torch.Tensor]) -> float:
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    if hasattr(nn.utils, "get_total_norm"):
+        return float(nn.utils.get_total_norm(grads))
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))

@@ -1,0 +1,545 @@
+"""The Trainer: the seed articles' whole training loop, done right, with exact resume.
+
+The loop itself is `fit()`; one optimizer step is `StepRunner.run` (step.py); validation is
+`Evaluator` (evaluation.py); checkpoints are checkpoint.py. This module wires them together and
+keeps the bookkeeping that a resumed run needs (step, epoch, position in the epoch, best metric).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import torch
+from torch import nn
+
+from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
+from torchwise.train import checkpoint as ckpt
+from torchwise.train.batches import batch_size_of, move_to, split_batch
+from torchwise.train.early_stop import EarlyStopping
+from torchwise.train.evaluation import Evaluator, MetricFn
+from torchwise.train.events import Events, Handle
+from torchwise.train.precision import choose_device, choose_precision
+from torchwise.train.progress import Progress
+from torchwise.train.reproducibility import (capture_rng_state, configure_determinism, restore_rng_state,
+                                             seed_everything)
+from torchwise.train.schedule import build_schedule
+from torchwise.train.step import StepRunner
+from torchwise.weights import apply_state_dict, model_state_dict, save_model
+
+TASKS = ("classification", "regression")
+STATE_FORMAT = 1
+
+
+@dataclass
+class FitResult:
+    history: list[dict[str, Any]]      # one entry per evaluation (the rows of metrics.csv)
+    best_metric: float | None
+    best_step: int | None
+    monitor: str
+    steps: int                         # optimizer steps attempted (skipped ones included)
+    epochs: int                        # completed epochs
+    skipped_steps: int
+    stopped_early: bool
+    final_path: Path | None
+    resumed_from: Path | None = None
+
+
+@dataclass
+class _Position:
+    """Where the run is; everything here goes into every checkpoint."""
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    skipped: int = 0
+    consecutive_skipped: int = 0
+    loss_sum: float = 0.0          # train loss since the last evaluation
+    loss_count: int = 0
+    best_value: float = math.nan
+    best_step: int = -1
+    history: list = field(default_factory=list)
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        loss: Callable[..., torch.Tensor] | None = None,
+        train_data: Any = None,
+        val_data: Any = None,
+        *,
+        task: str = "classification",
+        max_epochs: int = 1,
+        max_steps: int | None = None,
+        batch_size: int = 32,
+        accumulate: int = 1,
+        clip_grad_norm: float | None = None,
+        precision: str = "auto",
+        device: str | torch.device = "auto",
+        seed: int = 0,
+        deterministic: bool = False,
+        out_dir: str | Path | None = None,
+        checkpoint_every: int | None = None,
+        keep_last: int = 2,
+        resume: bool | str | Path = False,
+        progress: bool | str = "auto",
+        scheduler: Any = None,
+        scheduler_interval: str | None = None,
+        warmup_steps: int = 0,
+        eval_every: int | None = None,
+        early_stopping: EarlyStopping | None = None,
+        monitor: str = "val_loss",
+        mode: str = "min",
+        metrics: Mapping[str, MetricFn] | None = None,
+        num_workers: int | str = "auto",
+        max_consecutive_skips: int = 10,
+        log_every: int = 10,
+        tensorboard: bool = True,
+        config: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ):
+        _require(isinstance(model, nn.Module), "model must be a torch.nn.Module.", {"model": type(model).__name__},
+                 "Pass the network itself, e.g. Trainer(model=MyNet(), ...).")
+        _require(train_data is not None, "train_data is required.", {"train_data": None},
+                 "Pass a Dataset or a DataLoader: Trainer(model, train_data=dataset, ...).")
+        _require(task in TASKS, "Unknown task.", {"task": task, "allowed": ", ".join(TASKS)}, "Pick one of the allowed.")
+        for name, value, low in (("max_epochs", max_epochs, 1), ("batch_size", batch_size, 1),
+                                 ("accumulate", accumulate, 1), ("keep_last", keep_last, 1),
+                                 ("max_consecutive_skips", max_consecutive_skips, 1), ("log_every", log_every, 1)):
+            _require(isinstance(value, int) and value >= low, f"{name} must be an integer >= {low}.",
+                     {name: value}, f"Pass e.g. {name}={max(low, 1)}.")
+        for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
+            _require(value is None or (isinstance(value, int) and value >= 1), f"{name} must be None or an integer >= 1.",
+                     {name: value}, f"Pass {name}=None or a positive number of optimizer steps.")
+        _require(clip_grad_norm is None or (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0),
+                 "clip_grad_norm must be None or a positive number.", {"clip_grad_norm": clip_grad_norm},
+                 "A typical value is 1.0.")
+        _require(mode in ("min", "max"), "mode must be 'min' or 'max'.", {"mode": mode},
+                 "'min' for losses, 'max' for accuracies.")
+        _require(loss is None or callable(loss), "loss must be callable(output, target) -> tensor.",
+                 {"loss": type(loss).__name__}, "Pass e.g. nn.CrossEntropyLoss() or F.mse_loss.")
+        self.model = model
+        self.task = task
+        self.loss_fn = loss if loss is not None else (nn.CrossEntropyLoss() if task == "classification" else _mse)
+        self._optimizer_arg = optimizer
+        self.train_data, self.val_data = train_data, val_data
+        self.max_epochs, self.max_steps = max_epochs, max_steps
+        self.batch_size, self.accumulate, self.clip_grad_norm = batch_size, accumulate, clip_grad_norm
+        self.precision_arg, self.device_arg = precision, device
+        self.seed, self.deterministic = seed, deterministic
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.checkpoint_every, self.keep_last, self.resume = checkpoint_every, keep_last, resume
+        self.progress_mode = progress
+        self.scheduler_spec, self.scheduler_interval, self.warmup_steps = scheduler, scheduler_interval, warmup_steps
+        self.eval_every = eval_every
+        self.early_stopping = early_stopping
+        self.monitor = early_stopping.monitor if early_stopping else monitor
+        self.mode = early_stopping.mode if early_stopping else mode
+        if self.monitor.startswith("val_"):
+            _require(val_data is not None or early_stopping is None, "Early stopping needs validation data.",
+                     {"monitor": self.monitor, "val_data": None}, "Pass val_data=..., or drop early_stopping.")
+        self.metrics = dict(metrics or {})
+        self.num_workers = num_workers
+        self.max_consecutive_skips, self.log_every, self.tensorboard = max_consecutive_skips, log_every, tensorboard
+        self.config = dict(config or {})
+        self.metadata = dict(metadata or {})
+        self.events = Events()
+        self.pos = _Position()
+        self._setup_done = False
+        self._best_state: dict[str, torch.Tensor] | None = None
+        self._stop_requested = False
+
+    # ------------------------------------------------------------------ public API
+    def on(self, event: str, fn: Callable[..., Any]) -> Handle:
+        """Call `fn(**payload)` at `event`; returns a handle whose .remove() unregisters it."""
+        return self.events.on(event, fn)
+
+    def request_stop(self) -> None:
+        """Ask fit() to stop after the current step (from a callback)."""
+        self._stop_requested = True
+
+    def fit(self) -> FitResult:
+        resumed_from = self._setup()
+        pos, progress = self.pos, Progress(self.progress_mode, self._total_steps)
+        log = self._metrics_log(resumed_from is not None)
+        progress.message(self._start_message(resumed_from))
+        progress.start(pos.step)
+        self.events.emit("fit_start", trainer=self)
+        start_time = time.perf_counter()
+        stopped_early = False
+        try:
+            while not self._finished():
+                self.events.emit("epoch_start", trainer=self, epoch=pos.epoch)
+                batches = self.train_loader.epoch_iter(pos.epoch, pos.batch_in_epoch)
+                while not self._finished(within_epoch=True):
+                    micro = self._next_micro_batches(batches)
+                    if not micro:
+                        break
+                    self._one_step(micro, progress, log)
+                    if self.eval_every and pos.step % self.eval_every == 0:
+                        stopped_early |= self._evaluate_and_log(log, progress, start_time)
+                    if self.checkpoint_every and pos.step % self.checkpoint_every == 0:
+                        self._save_checkpoint()
+                    if stopped_early or self._stop_requested:
+                        break
+                if pos.batch_in_epoch >= self.train_loader.batches_per_epoch():
+                    stopped_early |= self._end_epoch(log, progress, start_time)
+                if stopped_early or self._stop_requested:
+                    break
+            if self.val_data is not None and (not pos.history or pos.history[-1]["step"] != pos.step):
+                self._evaluate_and_log(log, progress, start_time)  # the final weights are always evaluated
+        finally:
+            progress.close()
+            log.close()
+        final_path = self._finish()
+        result = FitResult(
+            history=list(pos.history), best_metric=None if math.isnan(pos.best_value) else pos.best_value,
+            best_step=None if pos.best_step < 0 else pos.best_step, monitor=self.monitor, steps=pos.step,
+            epochs=pos.epoch, skipped_steps=pos.skipped, stopped_early=stopped_early, final_path=final_path,
+            resumed_from=resumed_from)
+        self.events.emit("fit_end", trainer=self, result=result)
+        return result
+
+    def evaluate(self, data: Any = None) -> dict[str, float]:
+        """Metrics on `data` (default: val_data), in eval mode under inference_mode."""
+        self._setup_basics()
+        loader = self._eval_loader(data)
+        return self.evaluator.evaluate(loader)
+
+    def predict(self, data: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Model outputs and targets for `data`, concatenated on the CPU, in data order."""
+        self._setup_basics()
+        outs, targets, _, _ = self.evaluator.outputs(self._eval_loader(data))
+        output = torch.cat(outs) if outs else torch.empty(0)
+        target = torch.cat(targets) if targets and all(isinstance(t, torch.Tensor) for t in targets) else None
+        return output, target
+
+    # ------------------------------------------------------------------ the loop's pieces
+    def _next_micro_batches(self, batches: Iterator[Any]) -> list[tuple[tuple[Any, ...], Any, int]]:
+        micro = []
+        non_blocking = self.device.type == "cuda"
+        for _ in range(self.accumulate):
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            self.pos.batch_in_epoch += 1
+            inputs, target = split_batch(move_to(batch, self.device, non_blocking))
+            micro.append((inputs, target, batch_size_of(target)))
+        return micro
+
+    def _one_step(self, micro: list, progress: Progress, log: Any) -> None:
+        pos = self.pos
+        measure_norm = (pos.step + 1) % self.log_every == 0
+        result = self.step_runner.run(micro, measure_norm=measure_norm)
+        pos.step += 1
+        lr = self.optimizer.param_groups[0]["lr"]
+        if result.skipped:
+            pos.skipped += 1
+            pos.consecutive_skipped += 1
+            progress.message(f"torchwise: step {pos.step}: {result.skipped}; optimizer step skipped "
+                             f"({pos.skipped} skipped so far)")
+            if pos.consecutive_skipped >= self.max_consecutive_skips:
+                raise TrainingStopped(
+                    f"Training stopped: {pos.consecutive_skipped} optimizer steps in a row were skipped.",
+                    values={"step": pos.step, "last reason": result.skipped, "learning rate": lr,
+                            "last checkpoint": self._latest_checkpoint_name()},
+                    fix="Lower the learning rate (try 10x lower), set clip_grad_norm=1.0, check the inputs for "
+                        "nan/inf, or use precision='bf16'/'fp32' instead of fp16. `torchwise check` finds the "
+                        "first layer whose output goes non-finite.")
+        else:
+            pos.consecutive_skipped = 0
+            pos.loss_sum += result.loss * result.samples
+            pos.loss_count += result.samples
+            if self.schedule is not None:
+                self.schedule.after_optimizer_step()  # never after a skipped step
+        progress.step(result.loss, lr)
+        if measure_norm:
+            scalars = {"loss": result.loss, "lr": lr}
+            if result.grad_norm is not None:
+                scalars["grad_norm"] = result.grad_norm
+                self._last_grad_norm = result.grad_norm
+            log.scalars(pos.step, scalars, "train")
+        elif result.grad_norm is not None:
+            self._last_grad_norm = result.grad_norm
+        self.events.emit("step_end", trainer=self, step=pos.step, loss=result.loss, lr=lr,
+                         grad_norm=result.grad_norm, skipped=result.skipped)
+
+    def _end_epoch(self, log: Any, progress: Progress, start_time: float) -> bool:
+        stop = False
+        if not self.eval_every:
+            stop = self._evaluate_and_log(log, progress, start_time)
+        if self.schedule is not None:
+            self.schedule.after_epoch()
+        self.events.emit("epoch_end", trainer=self, epoch=self.pos.epoch)
+        self.pos.epoch += 1
+        self.pos.batch_in_epoch = 0
+        if self.out_dir is not None and not self.checkpoint_every:
+            self._save_checkpoint()
+        return stop
+
+    def _evaluate_and_log(self, log: Any, progress: Progress, start_time: float) -> bool:
+        pos = self.pos
+        row: dict[str, Any] = {"epoch": pos.epoch, "step": pos.step,
+                               "train_loss": pos.loss_sum / pos.loss_count if pos.loss_count else math.nan}
+        if self.val_loader is not None:
+            row.update(self.evaluator.evaluate(self.val_loader.epoch_iter(0)))
+        row.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=getattr(self, "_last_grad_norm", None),
+                   skipped_steps=pos.skipped, elapsed_s=time.perf_counter() - start_time)
+        pos.loss_sum, pos.loss_count = 0.0, 0
+        pos.history.append(row)
+        log.row(row)
+        progress.epoch_line({k: v for k, v in row.items() if k not in ("grad_norm", "skipped_steps")})
+        self.events.emit("evaluation_end", trainer=self, step=pos.step, metrics=row)
+        value = float(row.get(self.monitor, math.nan))
+        if self.schedule is not None:
+            self.schedule.after_evaluation(value)
+        if self._improved(value):
+            pos.best_value, pos.best_step = value, pos.step
+            self._keep_best()
+        if self.early_stopping is not None and self.early_stopping.update(value):
+            progress.message(f"torchwise: early stopping at step {pos.step}: {self.monitor} did not improve for "
+                             f"{self.early_stopping.patience} evaluations (best {pos.best_value:.4g} at step "
+                             f"{pos.best_step})")
+            return True
+        return False
+
+    def _improved(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        best = self.pos.best_value
+        return math.isnan(best) or (value < best if self.mode == "min" else value > best)
+
+    def _finished(self, within_epoch: bool = False) -> bool:
+        if self.max_steps is not None and self.pos.step >= self.max_steps:
+            return True
+        if within_epoch:
+            return False
+        return self.pos.epoch >= self.max_epochs
+
+    # ------------------------------------------------------------------ set-up
+    def _setup_basics(self) -> None:
+        """Device, precision, evaluator: enough for evaluate()/predict() without fit()."""
+        if getattr(self, "evaluator", None) is not None:
+            return
+        self.device = choose_device(self.device_arg)
+        self.precision = choose_precision(self.precision_arg, self.device)
+        self.model.to(self.device)
+        self.evaluator = Evaluator(self.model, self.loss_fn, self.precision, self.device, self.task, self.metrics)
+
+    def _setup(self) -> Path | None:
+        from torchwise.data.loaders import build_loader
+
+        if self._setup_done:
+            raise TorchwiseError("fit() was already called on this Trainer.", fix="Create a new Trainer to train again.")
+        self._setup_done = True
+        self._determinism_note = configure_determinism(self.deterministic)
+        seed_everything(self.seed)
+        self._setup_basics()
+        self.optimizer = self._build_optimizer()
+        self.train_loader = build_loader(self.train_data, role="train_data", train=True, device=self.device,
+                                         batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers)
+        self.val_loader = None if self.val_data is None else build_loader(
+            self.val_data, role="val_data", train=False, device=self.device, batch_size=self.batch_size,
+            seed=self.seed, num_workers=self.num_workers)
+        steps_per_epoch = -(-self.train_loader.batches_per_epoch() // self.accumulate)
+        _require(steps_per_epoch > 0, "train_data yields no batches.",
+                 {"batches per epoch": self.train_loader.batches_per_epoch(), "batch_size": self.batch_size},
+                 "Lower batch_size or drop_last=False in your DataLoader.")
+        self._total_steps = self.max_steps or steps_per_epoch * self.max_epochs
+        if self.max_steps is not None:  # max_steps wins over max_epochs
+            self.max_epochs = max(self.max_epochs, -(-self.max_steps // steps_per_epoch))
+        self.schedule = build_schedule(self.scheduler_spec, self.optimizer, total_steps=self._total_steps,
+                                       max_epochs=self.max_epochs, warmup_steps=self.warmup_steps, mode=self.mode,
+                                       interval=self.scheduler_interval)
+        self.step_runner = StepRunner(self.model, self.optimizer, self.loss_fn, self.precision, self.device,
+                                      self.clip_grad_norm)
+        self.model.train()
+        found = ckpt.find_resume_checkpoint(self.resume, self.out_dir)
+        if self.out_dir is not None:
+            ckpt.clean_stale(self.out_dir / "checkpoints")
+        if found is not None:
+            self._load_checkpoint(found)
+        return found
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        arg = self._optimizer_arg
+        if arg is None:
+            opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        elif isinstance(arg, torch.optim.Optimizer):
+            opt = arg
+        elif callable(arg):
+            opt = arg(self.model.parameters())
+            _require(isinstance(opt, torch.optim.Optimizer), "The optimizer factory did not return an optimizer.",
+                     {"returned": type(opt).__name__},
+                     "Pass e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=3e-4).")
+        else:
+            raise ConfigError("optimizer must be an Optimizer, a factory taking the parameters, or None.",
+                              values={"optimizer": type(arg).__name__},
+                              fix="Pass torch.optim.AdamW(model.parameters(), lr=1e-3) or "
+                                  "lambda params: torch.optim.AdamW(params, lr=1e-3).")
+        model_params = {id(p) for p in self.model.parameters() if p.requires_grad}
+        opt_params = {id(p) for g in opt.param_groups for p in g["params"]}
+        _require(bool(model_params & opt_params), "The optimizer holds none of this model's trainable parameters.",
+                 {"trainable parameters in model": len(model_params), "parameters in optimizer": len(opt_params)},
+                 "Create the optimizer from this model's parameters (model.parameters()) after building the "
+                 "model, or pass a factory: optimizer=lambda params: torch.optim.AdamW(params).")
+        return opt
+
+    def _eval_loader(self, data: Any) -> Iterable[Any]:
+        from torchwise.data.loaders import build_loader
+
+        data = self.val_data if data is None else data
+        _require(data is not None, "No data to evaluate.", {"data": None, "val_data": None},
+                 "Pass the data: trainer.evaluate(dataset).")
+        return build_loader(data, role="data", train=False, device=self.device, batch_size=self.batch_size,
+                            seed=self.seed, num_workers=self.num_workers).epoch_iter(0)
+
+    def _metrics_log(self, resumed: bool):
+        from torchwise.report.metrics import MetricsLog
+
+        return MetricsLog(self.out_dir, [f"val_{k}" for k in self.metrics] + (["val_mae"] if self.task == "regression" else []),
+                          resume_step=self.pos.step if resumed else None, tensorboard=self.tensorboard)
+
+    def _start_message(self, resumed_from: Path | None) -> str:
+        plan = self.train_loader.plan
+        lines = [f"torchwise: device {self.device}, precision {self.precision.name}, {self._determinism_note}",
+                 f"torchwise: data: batch {plan.batch_size}, workers {plan.num_workers}, pin_memory {plan.pin_memory}"
+                 + (f", {plan.note}" if plan.note else "")]
+        if resumed_from is not None:
+            lines.append(f"torchwise: resumed from {resumed_from} (step {self.pos.step}, epoch {self.pos.epoch}, "
+                         f"batch {self.pos.batch_in_epoch})")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _state(self) -> dict[str, Any]:
+        pos = self.pos
+        return {
+            "format": STATE_FORMAT,
+            "position": {k: getattr(pos, k) for k in ("step", "epoch", "batch_in_epoch", "skipped",
+                                                       "consecutive_skipped", "loss_sum", "loss_count",
+                                                       "best_value", "best_step")},
+            "history": json.dumps(pos.history),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.schedule.scheduler.state_dict() if self.schedule else None,
+            "scaler": self.step_runner.scaler.state_dict() if self.step_runner.scaler else None,
+            "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
+            "rng": capture_rng_state(),
+            "data": {"seed": self.seed, "train_samples": _len_or_minus1(self.train_data),
+                     "batches_per_epoch": self.train_loader.batches_per_epoch()},
+            "config": json.dumps(self.config, default=str),
+            "versions": {"torchwise": _version(), "torch": torch.__version__},
+        }
+
+    def _save_checkpoint(self) -> None:
+        if self.out_dir is None:
+            return
+        root = self.out_dir / "checkpoints"
+        path = ckpt.save_checkpoint(root, self.pos.step, model_state_dict(self.model), self._state())
+        ckpt.prune(root, self.keep_last)
+        self.events.emit("checkpoint_saved", trainer=self, step=self.pos.step, path=path)
+
+    def _load_checkpoint(self, path: Path) -> None:
+        weights, state = ckpt.load_checkpoint(path, self.device)
+        apply_state_dict(self.model, weights, source=str(path))
+        data = state["data"]
+        if data["train_samples"] != _len_or_minus1(self.train_data) or data["batches_per_epoch"] != \
+                self.train_loader.batches_per_epoch():
+            raise TorchwiseError(
+                "The training data differ from the data of the checkpoint being resumed.",
+                values={"checkpoint": str(path), "samples then/now": f"{data['train_samples']} / "
+                        f"{_len_or_minus1(self.train_data)}", "batches per epoch then/now":
+                        f"{data['batches_per_epoch']} / {self.train_loader.batches_per_epoch()}"},
+                fix="Resume with the same data set and batch size, or start a new run (another out_dir).")
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.schedule is not None and state["scheduler"] is not None:
+            self.schedule.scheduler.load_state_dict(state["scheduler"])
+        if self.step_runner.scaler is not None and state["scaler"] is not None:
+            self.step_runner.scaler.load_state_dict(state["scaler"])
+        if self.early_stopping is not None and state["early_stopping"] is not None:
+            self.early_stopping.load_state_dict(state["early_stopping"])
+        for key, value in state["position"].items():
+            setattr(self.pos, key, value)
+        self.pos.history = json.loads(state["history"])
+        self._load_best()
+        restore_rng_state(state["rng"])  # last: nothing after this may draw random numbers
+
+    def _latest_checkpoint_name(self) -> str:
+        if self.out_dir is None:
+            return "none (no out_dir)"
+        found = ckpt.list_checkpoints(self.out_dir / "checkpoints")
+        return str(found[-1]) if found else "none yet"
+
+    # ------------------------------------------------------------------ best weights and the end of fit
+    def _keep_best(self) -> None:
+        if self.early_stopping is not None and self.early_stopping.restore_best:
+            self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in model_state_dict(self.model).items()}
+        if self.out_dir is not None:
+            save_model(self.model, self.out_dir / "best" / "model.safetensors",
+                       {"step": self.pos.step, "monitor": self.monitor, "value": self.pos.best_value})
+
+    def _load_best(self) -> None:
+        """After resume: the in-memory copy of the best weights comes back from best/ if it matches."""
+        if self.early_stopping is None or not self.early_stopping.restore_best or self.out_dir is None:
+            return
+        path = self.out_dir / "best" / "model.safetensors"
+        if not path.is_file():
+            return
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as fh:
+            step = int((fh.metadata() or {}).get("step", -1))
+        if step == self.pos.best_step:
+            from safetensors.torch import load_file
+
+            self._best_state = load_file(str(path))
+
+    def _finish(self) -> Path | None:
+        if self.early_stopping is not None and self.early_stopping.restore_best and self._best_state is not None:
+            apply_state_dict(self.model, {k: v.to(self.device) for k, v in self._best_state.items()},
+                             source="the best evaluation")
+        if self.out_dir is None:
+            return None
+        found = ckpt.list_checkpoints(self.out_dir / "checkpoints")
+        if not found or int(found[-1].name[len(ckpt.PREFIX):]) != self.pos.step:
+            self._save_checkpoint()  # so that resume=True on a finished run finds it finished
+        meta = dict(self.metadata)
+        meta.setdefault("versions", {"torchwise": _version(), "torch": torch.__version__})
+        meta.setdefault("best", {"monitor": self.monitor, "value": None if math.isnan(self.pos.best_value)
+                                 else self.pos.best_value, "step": self.pos.best_step})
+        final = self.out_dir / "final"
+        path = save_model(self.model, final / "model.safetensors", {"torchwise": _version()})
+        with ckpt.atomic_write_path(final / "meta.json") as tmp:
+            tmp.write_text(json.dumps(meta, indent=2, default=str))
+        return path
+
+
+def _require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
+    if not ok:
+        raise ConfigError(what, values=values, fix=fix)
+
+
+def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    # Regression targets usually come as [N] while a one-output model gives [N, 1]; without the reshape
+    # mse_loss broadcasts to [N, N] and trains on nonsense (a classic silent bug).
+    if output.shape != target.shape and output.numel() == target.numel():
+        output = output.reshape(target.shape)
+    return nn.functional.mse_loss(output, target.to(output.dtype))
+
+
+def _len_or_minus1(data: Any) -> int:
+    dataset = getattr(data, "dataset", data)
+    try:
+        return len(dataset)
+    except TypeError:
+        return -1
+
+
+def _version() -> str:
+    from torchwise import __version__
+
+    return __version__
