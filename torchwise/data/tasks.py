@@ -1,0 +1,272 @@
+"""From a resolved config to ready-to-train data: the image-folder task or the CSV task.
+
+`prepare_task` is what `torchwise train` runs; `eval_task` rebuilds the validation data of a
+finished run (from split.json and meta.json, never by re-deciding anything) or prepares new
+labelled data for it. Both return a `Task`, the one shape the CLI, the Trainer and the report use.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from torchwise.config import RunConfig
+from torchwise.errors import TorchwiseError
+
+SPLIT_FILE = "split.json"
+# Side used for torchvision architectures when data.image_size is not set: what they were designed for.
+TORCHVISION_SIDE = 224
+# smallcnn / mlp take the images' median side up to this (bigger images are downscaled).
+SMALL_MODEL_MAX_SIDE = 64
+
+
+@dataclass
+class Task:
+    kind: str                          # "image" | "tabular"
+    problem: str                       # "classification" | "regression"
+    train: Any                         # torch Dataset
+    val: Any
+    class_names: list[str]
+    input_size: list[int]              # [C, H, W] or [n_features]
+    mean: list[float]
+    std: list[float]
+    model_kwargs: dict[str, Any]       # for build_model, without weights
+    summary: dict[str, Any]            # for the report and the console
+    meta_extra: dict[str, Any] = field(default_factory=dict)
+    # The raw validation image i (PIL) for the report's worst examples; None for tables.
+    val_image: Callable[[int], Any] | None = None
+    val_ids: list[str] = field(default_factory=list)   # file paths or "row N"
+
+    def meta(self) -> dict[str, Any]:
+        """final/meta.json content (docs/CONTRACTS.md)."""
+        return {"task": self.kind, "problem": self.problem, "model": self.model_kwargs,
+                "class_names": self.class_names, "input_size": self.input_size,
+                "mean": self.mean, "std": self.std, **self.meta_extra}
+
+
+def is_csv(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in {".csv", ".tsv", ".txt"} and Path(path).is_file()
+
+
+def resolve_model_name(name: str, kind: str) -> str:
+    if name == "auto":
+        return "smallcnn" if kind == "image" else "mlp"
+    if kind == "tabular" and name != "mlp" and ":" not in name:
+        raise TorchwiseError("A CSV task needs a model for feature vectors.", values={"model": name},
+                             fix="use --model mlp (the default for CSV files) or your own pkg.module:callable")
+    return name
+
+
+def image_side(config: RunConfig, model_name: str, median_side: int) -> int:
+    if config.data.image_size:
+        return config.data.image_size
+    if model_name in ("smallcnn", "mlp") or ":" in model_name:
+        return max(4, min(median_side or 32, SMALL_MODEL_MAX_SIDE))
+    return TORCHVISION_SIDE
+
+
+def prepare_task(config: RunConfig, run_dir: str | Path | None, *, progress: bool = False) -> Task:
+    if not config.data.path:
+        raise TorchwiseError("No data given.", values={"data.path": None},
+                             fix="pass --data FOLDER (class folders) or --data FILE.csv --target COLUMN")
+    if is_csv(config.data.path):
+        return _prepare_tabular(config, run_dir)
+    return _prepare_image(config, run_dir, progress=progress)
+
+
+# ----------------------------------------------------------------------------- images
+
+
+def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: bool) -> Task:
+    from torchwise.data import imagefolder, stats, transforms
+
+    d = config.data
+    if d.target:
+        raise TorchwiseError("--target is for CSV files, but the data is an image folder.",
+                             values={"data": d.path, "target": d.target},
+                             fix="drop --target: the class of an image is the name of its folder")
+    if d.problem == "regression":
+        raise TorchwiseError("Image folders are a classification task.", values={"problem": d.problem},
+                             fix="drop --problem (or set it to classification)")
+    scan = imagefolder.scan_image_folder(d.path, val_fraction=d.val_fraction, seed=config.train.seed,
+                                         progress=progress)
+    model_name = resolve_model_name(config.model.name, "image")
+    gray = d.channels == "gray" or (d.channels == "auto" and scan.grayscale)
+    mode, channels = ("L", 1) if gray else ("RGB", 3)
+    side = image_side(config, model_name, scan.median_side)
+    cache = imagefolder.convert_cache(scan.cache, mode)
+    stat_tf = transforms.stats_transform(side, center_crop=d.center_crop)
+
+    if config.model.weights:
+        mean, std = stats.pretrained_stats(channels)
+        stats_source = "pretrained (ImageNet) statistics, because --weights is used"
+    else:
+        loader = imagefolder.ImageDataset(scan.train, stat_tf, mode=mode, cache=cache)
+        key = stats.fingerprint([p for p, _ in scan.train], {"side": side, "crop": d.center_crop, "mode": mode})
+        mean, std, cached = stats.cached_mean_std(
+            run_dir, key, lambda: stats.compute_mean_std(lambda i: loader[i][0], len(loader), channels=channels,
+                                                         seed=config.train.seed, progress=progress))
+        stats_source = "training split" + (" (cached)" if cached else "")
+
+    train_tf = transforms.train_transform(side, mean, std, crop_scale=d.crop_scale, hflip=d.hflip)
+    val_tf = transforms.val_transform(side, mean, std, center_crop=d.center_crop)
+    train_ds = imagefolder.ImageDataset(scan.train, train_tf, mode=mode, cache=cache)
+    val_ds = imagefolder.ImageDataset(scan.val, val_tf, mode=mode, cache=cache)
+
+    if run_dir is not None:
+        root = Path(scan.root)
+        rel = lambda samples: [[str(Path(p).relative_to(root)), label] for p, label in samples]  # noqa: E731
+        _write_json(Path(run_dir) / SPLIT_FILE, {"kind": "image", "root": str(root.resolve()),
+                                                 "layout": scan.layout, "train": rel(scan.train),
+                                                 "val": rel(scan.val),
+                                                 "skipped": [[p, r] for p, r in scan.skipped]})
+    summary = scan.summary()
+    summary.update({"input": f"{channels}x{side}x{side}", "normalization": stats_source})
+    return Task(
+        kind="image", problem="classification", train=train_ds, val=val_ds, class_names=scan.class_names,
+        input_size=[channels, side, side], mean=mean, std=std,
+        model_kwargs={"name": model_name, "num_classes": len(scan.class_names), "in_channels": channels,
+                      "input_size": [side, side], "freeze_backbone": config.model.freeze_backbone},
+        summary=summary,
+        meta_extra={"image": {"mode": mode, "size": side, "center_crop": d.center_crop}},
+        val_image=val_ds.load_image, val_ids=[p for p, _ in scan.val],
+    )
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _tensor_datasets(x, y, mean, std, problem: str, target_mean: float, target_std: float):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    xs = (torch.from_numpy(x) - torch.tensor(mean)) / torch.tensor(std)
+    if problem == "classification":
+        ys = torch.from_numpy(y).long()
+    else:  # standardized target, shaped like the model's [N, 1] output so MSELoss does not broadcast
+        ys = ((torch.from_numpy(y).float() - target_mean) / target_std).unsqueeze(1)
+    return TensorDataset(xs.float(), ys)
+
+
+def _prepare_tabular(config: RunConfig, run_dir: str | Path | None) -> Task:
+    from torchwise.data import tabular
+
+    d = config.data
+    data = tabular.load_tabular(d.path, d.target, problem=d.problem, val_fraction=d.val_fraction,
+                                seed=config.train.seed, missing=d.missing, max_categories=d.max_categories)
+    model_name = resolve_model_name(config.model.name, "tabular")
+    n_features = len(data.mean)
+    args = (data.mean, data.std, data.problem, data.target_mean, data.target_std)
+    train_ds = _tensor_datasets(data.x_train, data.y_train, *args)
+    val_ds = _tensor_datasets(data.x_val, data.y_val, *args)
+    if run_dir is not None:
+        _write_json(Path(run_dir) / SPLIT_FILE, {"kind": "tabular", "root": str(Path(d.path).resolve()),
+                                                 "train_rows": data.train_rows, "val_rows": data.val_rows})
+    outputs = len(data.class_names) if data.problem == "classification" else 1
+    return Task(
+        kind="tabular", problem=data.problem, train=train_ds, val=val_ds, class_names=data.class_names,
+        input_size=[n_features], mean=data.mean, std=data.std,
+        model_kwargs={"name": model_name, "num_classes": outputs, "in_channels": n_features, "input_size": None,
+                      "freeze_backbone": config.model.freeze_backbone},
+        summary=data.summary(), meta_extra={"tabular": data.tabular_meta()},
+        val_ids=[f"row {r + 2}" for r in data.val_rows],  # +2: 1-based line numbers after the header
+    )
+
+
+# ----------------------------------------------------------------------------- eval
+
+
+def eval_task(run_dir: str | Path, meta: dict[str, Any], data: str | Path | None = None) -> Task:
+    """The labelled data to evaluate a finished run on: its own validation split, or `data`."""
+    run_dir = Path(run_dir)
+    if meta["task"] == "image":
+        return _eval_image(run_dir, meta, data)
+    return _eval_tabular(run_dir, meta, data)
+
+
+def _eval_image(run_dir: Path, meta: dict[str, Any], data: str | Path | None) -> Task:
+    from torchwise.data import imagefolder, transforms
+
+    image = meta["image"]
+    class_names = meta["class_names"]
+    skipped: list[tuple[str, str]] = []
+    if data is None:
+        split = _read_split(run_dir)
+        root = Path(split["root"])
+        samples = [(str(root / p), label) for p, label in split["val"]]
+        source = f"validation split of {root}"
+    else:
+        samples, skipped = _labelled_images(Path(data), class_names)
+        source = str(data)
+    tf = transforms.val_transform(image["size"], meta["mean"], meta["std"], center_crop=image["center_crop"])
+    ds = imagefolder.ImageDataset(samples, tf, mode=image["mode"])
+    counts = {name: 0 for name in class_names}
+    for _, label in samples:
+        counts[class_names[label]] += 1
+    return Task(kind="image", problem="classification", train=None, val=ds, class_names=class_names,
+                input_size=meta["input_size"], mean=meta["mean"], std=meta["std"], model_kwargs=meta["model"],
+                summary={"source": source, "val_counts": counts,
+                         "skipped": [{"path": p, "reason": r} for p, r in skipped]},
+                val_image=ds.load_image, val_ids=[p for p, _ in samples])
+
+
+def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
+    """All readable images of `folder` (class folders, or its val/ folder) labelled by folder name."""
+    from torchwise.data import imagefolder
+
+    if not folder.is_dir():
+        raise TorchwiseError("The evaluation data folder does not exist.", values={"path": str(folder)},
+                             fix="pass --data with a folder of class folders")
+    sub = imagefolder._find_sub(folder, imagefolder.VAL_DIRS)
+    folder = sub or folder
+    class_dirs = imagefolder._list_classes(folder, "evaluation folder")
+    unknown = [p.name for p in class_dirs if p.name not in class_names]
+    if unknown:
+        raise TorchwiseError("The evaluation folder has classes the model was not trained on.",
+                             values={"unknown": unknown, "trained classes": class_names},
+                             fix="evaluate on folders named like the training classes")
+    samples, skipped = [], []
+    for class_dir in class_dirs:
+        for path in imagefolder._image_files(class_dir):
+            image, reason = imagefolder._decode(str(path))
+            if image is None:
+                skipped.append((str(path), reason or "unreadable"))
+            else:
+                samples.append((str(path), class_names.index(class_dir.name)))
+    if not samples:
+        raise TorchwiseError("No readable images to evaluate.", values={"folder": str(folder),
+                                                                       "skipped": len(skipped)},
+                             fix="put images in class folders under the folder")
+    return samples, skipped
+
+
+def _eval_tabular(run_dir: Path, meta: dict[str, Any], data: str | Path | None) -> Task:
+    from torchwise.data import tabular
+
+    tab = meta["tabular"]
+    if data is None:
+        split = _read_split(run_dir)
+        path, rows = split["root"], split["val_rows"]
+        source = f"validation rows of {path}"
+    else:
+        path, rows, source = str(data), None, str(data)
+    x, y, notes = tabular.encode_for_eval(path, tab, meta["class_names"], meta["problem"], rows)
+    ds = _tensor_datasets(x, y, meta["mean"], meta["std"], meta["problem"], tab["target_mean"], tab["target_std"])
+    ids = [f"row {r + 2}" for r in rows] if rows is not None else [f"example {i}" for i in range(len(y))]
+    return Task(kind="tabular", problem=meta["problem"], train=None, val=ds, class_names=meta["class_names"],
+                input_size=meta["input_size"], mean=meta["mean"], std=meta["std"], model_kwargs=meta["model"],
+                summary={"source": source, **notes}, meta_extra={"tabular": tab}, val_ids=ids)
+
+
+def _read_split(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / SPLIT_FILE
+    if not path.is_file():
+        raise TorchwiseError("The run has no split.json, so its validation split is unknown.",
+                             values={"run": str(run_dir)}, fix="pass --data with labelled data to evaluate on")
+    return json.loads(path.read_text())
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
