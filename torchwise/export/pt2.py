@@ -1,0 +1,51 @@
+"""torch.export (.pt2): the graph format PyTorch itself moves to (AOTInductor, ExecuTorch).
+
+The saved ExportedProgram is loaded back and run against eager PyTorch before we call it done.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from torchwise.export.onnx import _at_least_two, as_tuple, dynamic_shapes_for, explain_export_failure
+from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, VerifyReport, verify_callable
+
+
+@dataclass
+class Pt2Export:
+    path: Path
+    verification: VerifyReport
+
+    @property
+    def ok(self) -> bool:
+        return self.verification.ok
+
+
+def export_pt2(model, example_input: Any, path: str | Path, *, batches: Sequence[tuple[str, Any]] = (),
+               dynamic_batch: bool = True, dynamic_spatial: bool = False, atol: float = DEFAULT_ATOL,
+               rtol: float = DEFAULT_RTOL) -> Pt2Export:
+    import os
+
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = copy.deepcopy(model).to("cpu").eval()
+    example = _at_least_two(tuple(t.detach().cpu() if isinstance(t, torch.Tensor) else t
+                                  for t in as_tuple(example_input)))
+    shapes = dynamic_shapes_for(example, dynamic_batch=dynamic_batch, dynamic_spatial=dynamic_spatial)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(model, example, dynamic_shapes=shapes)
+    except Exception as exc:
+        if os.environ.get("TORCHWISE_EXPORT_DEBUG"):
+            raise
+        raise explain_export_failure(exc, "torch.export (pt2)") from None
+    torch.export.save(program, str(path))
+    loaded = torch.export.load(str(path)).module()
+    report = verify_callable("pt2", loaded, model, list(batches) or [("example", example)], atol=atol, rtol=rtol)
+    return Pt2Export(path, report)

@@ -1,0 +1,213 @@
+"""Exported model vs PyTorch, output by output, with tolerances.
+
+Errors reported per batch and output: max |onnx - torch| (max abs) and that divided by
+max |torch output| (max rel: relative to the output's scale, which stays meaningful where
+individual values are near zero). An element fails when |onnx - torch| > atol + rtol * |torch|
+(numpy.allclose's rule); the report names the worst failing output, batch and element.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from torchwise.errors import TorchwiseError
+
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-3
+
+
+class ExportMismatchError(TorchwiseError):
+    """The exported model computes something else than the PyTorch model."""
+
+
+@dataclass
+class Comparison:
+    label: str          # e.g. "random, batch 1"
+    batch: int
+    output: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    worst_index: tuple = ()
+    top1_agree: float | None = None   # fraction of rows whose argmax agrees (classification outputs)
+
+
+@dataclass
+class VerifyReport:
+    target: str          # "onnxruntime", "torchscript", "pt2"
+    comparisons: list[Comparison] = field(default_factory=list)
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.comparisons) and all(c.ok for c in self.comparisons)
+
+    @property
+    def max_abs(self) -> float:
+        return max((c.max_abs for c in self.comparisons), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((c.max_rel for c in self.comparisons), default=0.0)
+
+    @property
+    def worst(self) -> Comparison | None:
+        return max(self.comparisons, key=lambda c: (not c.ok, c.max_rel), default=None)
+
+    def lines(self) -> list[str]:
+        out = []
+        for c in self.comparisons:
+            agree = f"  top-1 agree {c.top1_agree * 100:.1f}%" if c.top1_agree is not None else ""
+            out.append(f"  {c.label:<22} output {c.output:<10} max abs {c.max_abs:.2e}  max rel {c.max_rel:.2e}"
+                       f"  {'ok' if c.ok else 'FAIL'}{agree}")
+        return out
+
+    def summary(self) -> str:
+        verdict = "matches" if self.ok else "DOES NOT match"
+        return (f"{self.target} {verdict} PyTorch on {len({c.label for c in self.comparisons})} batches: max abs err "
+                f"{self.max_abs:.2e}, max rel err {self.max_rel:.2e} (tolerance atol {self.atol:g} + rtol {self.rtol:g})")
+
+    def raise_if_failed(self) -> None:
+        if self.ok:
+            return
+        worst = self.worst
+        raise ExportMismatchError(
+            f"The {self.target} export does not match PyTorch: output '{worst.output}' differs on the {worst.label} batch.",
+            values={"max abs err": f"{worst.max_abs:.3e}", "max rel err": f"{worst.max_rel:.3e}",
+                    "worst element": str(worst.worst_index), "tolerance": f"atol {self.atol:g} + rtol {self.rtol:g} * |torch|"},
+            fix=("check for layers that behave differently in export (custom autograd functions, in-place ops on "
+                 "inputs, randomness in forward); compare intermediate outputs; if the error is float noise in a deep "
+                 "model, loosen --atol/--rtol"))
+
+
+def compare_arrays(label: str, name: str, got, ref, atol: float, rtol: float) -> Comparison:
+    import numpy as np
+
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return Comparison(label, int(ref.shape[0]) if ref.ndim else 1, name, float("inf"), float("inf"), False,
+                          (f"shape {got.shape} vs {ref.shape}",))
+    diff = np.abs(got - ref)
+    if not np.isfinite(got).all():
+        diff = np.where(np.isfinite(got), diff, np.inf)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    max_rel = max_abs / max(scale, 1e-12) if max_abs else 0.0
+    excess = diff - (atol + rtol * np.abs(ref))
+    ok = bool((excess <= 0).all())
+    worst_index = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape)) if excess.size else ()
+    top1 = None
+    if ref.ndim == 2 and ref.shape[1] > 1:
+        top1 = float((got.argmax(1) == ref.argmax(1)).mean())
+    return Comparison(label, int(ref.shape[0]) if ref.ndim else 1, name, max_abs, max_rel, ok, worst_index, top1)
+
+
+def _flatten(outputs) -> list:
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if isinstance(outputs, dict):
+        return [t for v in outputs.values() for t in _flatten(v)]
+    if isinstance(outputs, (tuple, list)):
+        return [t for v in outputs for t in _flatten(v)]
+    return []
+
+
+def torch_outputs(model, batch: tuple) -> list:
+    import torch
+
+    with torch.no_grad():
+        return [t.detach().cpu().float().numpy() for t in _flatten(model(*batch))]
+
+
+def random_like(example: tuple, batch: int, seed: int) -> tuple:
+    """Random inputs shaped like `example` with another batch size (normal for floats, in-range for ints)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for t in example:
+        shape = (batch, *t.shape[1:])
+        if t.is_floating_point():
+            out.append(torch.randn(shape, generator=gen, dtype=t.dtype))
+        else:
+            high = int(t.max()) + 1 if t.numel() else 2
+            out.append(torch.randint(0, max(high, 1), shape, generator=gen, dtype=t.dtype))
+    return tuple(out)
+
+
+def verification_batches(example_input: Any, real_batches: Sequence[Any] | None = None,
+                         sizes: Sequence[int] = (1, 5)) -> list[tuple[str, tuple]]:
+    """(label, inputs) pairs: random inputs at two batch sizes, and real inputs at two batch sizes."""
+    from torchwise.export.onnx import as_tuple
+
+    example = as_tuple(example_input)
+    batches = [(f"random, batch {n}", random_like(example, n, seed=100 + n)) for n in sizes]
+    for i, real in enumerate(real_batches or []):
+        real = as_tuple(real)
+        batches.append((f"real, batch {real[0].shape[0]}", real))
+    return batches
+
+
+def real_batch_pair(x, sizes: Sequence[int] = (3, 16)) -> list:
+    """Two real batches of different sizes (the first rows of `x`, a tensor/array of examples)."""
+    import torch
+
+    x = torch.as_tensor(x)
+    n = len(x)
+    if n == 0:
+        return []
+    a, b = min(sizes[0], n), min(sizes[1], n)
+    if a == b:
+        return [x[: max(1, n // 2)], x] if n > 1 else [x]
+    return [x[:a], x[:b]]
+
+
+def verify_onnx(model, onnx_path: str | Path, batches: Sequence[tuple[str, Any]], *, atol: float = DEFAULT_ATOL,
+                rtol: float = DEFAULT_RTOL, raise_on_fail: bool = False) -> VerifyReport:
+    """Run the .onnx in a real onnxruntime InferenceSession on each batch and compare with `model`."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from torchwise.export.onnx import as_tuple
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    out_names = [o.name for o in session.get_outputs()]
+    model = copy.deepcopy(model).to("cpu").eval()
+    report = VerifyReport("onnxruntime", atol=atol, rtol=rtol)
+    for label, batch in batches:
+        batch = tuple(t.detach().cpu() for t in as_tuple(batch))
+        feeds = {name: np.ascontiguousarray(t.numpy()) for name, t in zip(names, batch)}
+        got = session.run(None, feeds)
+        ref = torch_outputs(model, batch)
+        for name, g, r in zip(out_names, got, ref):
+            report.comparisons.append(compare_arrays(label, name, g, r, atol, rtol))
+    if raise_on_fail:
+        report.raise_if_failed()
+    return report
+
+
+def verify_callable(target: str, exported: Callable, model, batches: Sequence[tuple[str, Any]], *,
+                    atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL) -> VerifyReport:
+    """Compare any exported torch callable (TorchScript module, ExportedProgram.module()) with `model`."""
+    from torchwise.export.onnx import as_tuple
+
+    model = copy.deepcopy(model).to("cpu").eval()
+    report = VerifyReport(target, atol=atol, rtol=rtol)
+    for label, batch in batches:
+        batch = tuple(t.detach().cpu() for t in as_tuple(batch))
+        got = torch_outputs(exported, batch)
+        ref = torch_outputs(model, batch)
+        names = ["logits"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
+        for name, g, r in zip(names, got, ref):
+            report.comparisons.append(compare_arrays(label, name, g, r, atol, rtol))
+        if len(got) != len(ref):
+            report.comparisons.append(Comparison(label, 0, "outputs", float("inf"), float("inf"), False,
+                                                 (f"{len(got)} outputs vs {len(ref)}",)))
+    return report

@@ -1,0 +1,239 @@
+"""Predictions from an exported .onnx file alone: onnxruntime + numpy + PIL, no torch.
+
+Everything needed besides the graph (class names, input size, the evaluation pre-processing,
+tabular encoders) is read from the file's metadata_props, written by `torchwise export`. The image
+pre-processing reproduces torchwise.data.transforms.val_transform step by step (shorter side
+resize, center crop, scale to [0, 1], normalize); tests check it against torchvision.
+
+This module must never import torch: deployment machines often do not have it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from torchwise.errors import TorchwiseError
+from torchwise.export.metadata import PREPROCESS_KEY, read_metadata
+
+IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+
+
+# --------------------------------------------------------------------------- inputs
+
+def collect_images(inputs: Sequence[str]) -> list[str]:
+    files: list[str] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            files += sorted(str(p) for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+        elif path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
+            files.append(str(path))
+    return files
+
+
+def _resized_size(width: int, height: int, shorter: int) -> tuple[int, int]:
+    # torchvision's rule for Resize(int): the shorter side becomes `shorter`, the longer one scales
+    # and is truncated.
+    if width <= height:
+        return shorter, int(shorter * height / width)
+    return int(shorter * width / height), shorter
+
+
+def preprocess_image(path: str, spec: Mapping[str, Any]):
+    """One image -> float32 array C x H x W, exactly as the model saw images at validation."""
+    import numpy as np
+    from PIL import Image
+
+    height, width = spec["size"]
+    try:
+        with Image.open(path) as opened:
+            image = opened.convert(spec["mode"])
+    except Exception as exc:
+        raise TorchwiseError("An input image cannot be read.", values={"path": path, "error": str(exc)[:200]},
+                             fix="check that the file is a valid image (PNG, JPEG, ...)") from None
+    shorter = spec.get("resize_shorter")
+    if shorter:
+        new_w, new_h = _resized_size(image.width, image.height, int(shorter))
+        if (new_w, new_h) != image.size:
+            image = image.resize((new_w, new_h), Image.BILINEAR)
+        top = int(round((image.height - height) / 2.0))
+        left = int(round((image.width - width) / 2.0))
+        image = image.crop((left, top, left + width, top + height))
+    elif image.size != (width, height):
+        image = image.resize((width, height), Image.BILINEAR)
+    array = np.asarray(image, dtype=np.float32) * np.float32(spec.get("scale", 1.0 / 255.0))
+    array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+    mean = np.asarray(spec["mean"], dtype=np.float32).reshape(-1, 1, 1)
+    std = np.asarray(spec["std"], dtype=np.float32).reshape(-1, 1, 1)
+    return ((array - mean) / std).astype(np.float32)
+
+
+def preprocess_images(paths: Sequence[str], spec: Mapping[str, Any]):
+    import numpy as np
+
+    return np.stack([preprocess_image(p, spec) for p in paths]).astype(np.float32)
+
+
+def preprocess_csv(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]):
+    """CSV rows -> (standardized features float32 [N, F], labels "row N"). The target column may be absent."""
+    import numpy as np
+
+    from torchwise.data.tabular import TabularEncoder, read_csv
+
+    tab = meta.get("tabular") or {}
+    if "encoder" not in tab:
+        raise TorchwiseError("The model's metadata has no tabular encoder, so CSV rows cannot be encoded.",
+                             values={"metadata keys": sorted(meta)}, fix="export the model from a tabular run")
+    header, rows = read_csv(path)
+    encoder = TabularEncoder.from_dict(tab["encoder"])
+    x, _imputed = encoder.encode(header, rows)
+    mean = np.asarray(spec["mean"], dtype=np.float32)
+    std = np.asarray(spec["std"], dtype=np.float32)
+    x = ((x - mean) / std).astype(np.float32)
+    return x, [f"{Path(path).name}:row {i + 1}" for i in range(len(rows))]
+
+
+# --------------------------------------------------------------------------- model
+
+def resolve_model_path(model: str | Path) -> Path:
+    path = Path(model)
+    if path.is_dir():
+        for candidate in (path / "export" / "model.onnx", path / "model.onnx"):
+            if candidate.is_file():
+                return candidate
+        raise TorchwiseError("No exported model.onnx in this directory.", values={"path": str(path)},
+                             fix=f"run `torchwise export {path}` first (it writes {path / 'export' / 'model.onnx'})")
+    if not path.is_file():
+        raise TorchwiseError("The model file does not exist.", values={"path": str(path)},
+                             fix="pass a .onnx file written by `torchwise export`, or its run directory")
+    if path.suffix.lower() != ".onnx":
+        raise TorchwiseError("predict reads .onnx files only.", values={"path": str(path)},
+                             fix=f"export the run first: torchwise export RUNDIR --format onnx")
+    return path
+
+
+@dataclass
+class OnnxModel:
+    path: Path
+    session: Any
+    meta: dict[str, Any]
+
+    @classmethod
+    def load(cls, model: str | Path) -> "OnnxModel":
+        import onnxruntime as ort
+
+        path = resolve_model_path(model)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        props = session.get_modelmeta().custom_metadata_map
+        return cls(path, session, read_metadata(props))
+
+    @property
+    def spec(self) -> dict[str, Any] | None:
+        return self.meta.get(PREPROCESS_KEY)
+
+    @property
+    def class_names(self) -> list[str] | None:
+        names = self.meta.get("class_names")
+        return [str(n) for n in names] if names else None
+
+    @property
+    def problem(self) -> str:
+        return str(self.meta.get("problem", "classification"))
+
+    def run(self, x, batch_size: int = 256):
+        """Raw model outputs (logits) for pre-processed inputs, in chunks."""
+        import numpy as np
+
+        name = self.session.get_inputs()[0].name
+        outs = [self.session.run(None, {name: np.ascontiguousarray(x[i:i + batch_size])})[0]
+                for i in range(0, len(x), batch_size)]
+        return np.concatenate(outs) if outs else np.zeros((0,), dtype=np.float32)
+
+    def encode(self, inputs: Sequence[str]):
+        """(pre-processed array, labels) for image files/folders or CSV files."""
+        import numpy as np
+
+        spec = self.spec
+        if spec is None:
+            raise TorchwiseError("The .onnx file has no torchwise pre-processing metadata.",
+                                 values={"path": str(self.path), "metadata keys": sorted(self.meta)},
+                                 fix="export it with `torchwise export`, which stores class names and pre-processing")
+        csvs = [p for p in inputs if Path(p).suffix.lower() == ".csv"]
+        others = [p for p in inputs if p not in csvs]
+        missing = [p for p in inputs if not Path(p).exists()]
+        if missing:
+            raise TorchwiseError("Some inputs do not exist.", values={"missing": missing[:10]},
+                                 fix="pass image files, folders of images, or .csv files")
+        if spec["kind"] == "tabular":
+            if others:
+                raise TorchwiseError("This model was trained on a table; pass .csv files.", values={"inputs": others[:5]},
+                                     fix="pass a CSV file with the training columns (the target column may be absent)")
+            parts = [preprocess_csv(p, self.meta, spec) for p in csvs]
+            return np.concatenate([p[0] for p in parts]), [label for p in parts for label in p[1]]
+        if csvs:
+            raise TorchwiseError("This model was trained on images; a CSV cannot be its input.",
+                                 values={"inputs": csvs[:5]}, fix="pass image files or folders")
+        files = collect_images(others)
+        if not files:
+            raise TorchwiseError("No images found in the inputs.", values={"inputs": list(inputs)[:10]},
+                                 fix=f"pass image files or folders holding them ({', '.join(sorted(IMAGE_EXTENSIONS))})")
+        return preprocess_images(files, spec), files
+
+
+def softmax(logits):
+    import numpy as np
+
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def predict(model: str | Path | OnnxModel, inputs: Sequence[str], *, top_k: int = 5) -> list[dict[str, Any]]:
+    """[{"input": label, "predictions": [{"class", "index", "probability"}, ...]}] (classification) or
+    [{"input": label, "value": float | list}] (regression)."""
+    import numpy as np
+
+    onnx_model = model if isinstance(model, OnnxModel) else OnnxModel.load(model)
+    x, labels = onnx_model.encode(list(inputs))
+    out = onnx_model.run(x)
+    results: list[dict[str, Any]] = []
+    if onnx_model.problem == "regression":
+        spec = onnx_model.spec or {}
+        values = out * float(spec.get("target_std", 1.0)) + float(spec.get("target_mean", 0.0))
+        for label, v in zip(labels, values):
+            v = np.asarray(v).reshape(-1)
+            results.append({"input": label, "value": float(v[0]) if v.size == 1 else v.tolist()})
+        return results
+    probs = softmax(out.reshape(len(out), -1).astype(np.float64))
+    names = onnx_model.class_names or [str(i) for i in range(probs.shape[1])]
+    k = max(1, min(top_k, probs.shape[1]))
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    for label, p, idx in zip(labels, probs, order):
+        results.append({"input": label, "predictions": [
+            {"class": names[i] if i < len(names) else str(i), "index": int(i), "probability": float(p[i])}
+            for i in idx]})
+    return results
+
+
+def format_table(results: Sequence[Mapping[str, Any]]) -> str:
+    if not results:
+        return "(no inputs)"
+    width = min(60, max(len(str(r["input"])) for r in results))
+
+    def short(text: str) -> str:
+        return text if len(text) <= width else "..." + text[-(width - 3):]
+
+    lines = []
+    if "value" in results[0]:
+        lines.append(f"{'input':<{width}}  prediction")
+        for r in results:
+            lines.append(f"{short(str(r['input'])):<{width}}  {json.dumps(r['value'])}")
+        return "\n".join(lines)
+    lines.append(f"{'input':<{width}}  {'top-1':<12} {'prob':>7}   others")
+    for r in results:
+        top, rest = r["predictions"][0], r["predictions"][1:]
+        others = ", ".join(f"{p['class']} {p['probability'] * 100:.1f}%" for p in rest)
+        lines.append(f"{short(str(r['input'])):<{width}}  {str(top['class']):<12} {top['probability'] * 100:6.1f}%   {others}")
+    return "\n".join(lines)
