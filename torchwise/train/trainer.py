@@ -432,7 +432,7 @@ class Trainer:
             "data": {"seed": self.seed, "train_samples": _len_or_minus1(self.train_data),
                      "batches_per_epoch": self.train_loader.batches_per_epoch()},
             "config": json.dumps(self.config, default=str),
-            "versions": {"torchwise": _version(), "torch": torch.__version__},
+            "versions": {"torchwise": _version(), "torch": str(torch.__version__)},
         }
 
     def _save_checkpoint(self) -> None:
@@ -508,7 +508,7 @@ class Trainer:
         if not found or int(found[-1].name[len(ckpt.PREFIX):]) != self.pos.step:
             self._save_checkpoint()  # so that resume=True on a finished run finds it finished
         meta = dict(self.metadata)
-        meta.setdefault("versions", {"torchwise": _version(), "torch": torch.__version__})
+        meta.setdefault("versions", {"torchwise": _version(), "torch": str(torch.__version__)})
         meta.setdefault("best", {"monitor": self.monitor, "value": None if math.isnan(self.pos.best_value)
                                  else self.pos.best_value, "step": self.pos.best_step})
         final = self.out_dir / "final"
