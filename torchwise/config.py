@@ -82,6 +82,8 @@ class TrainConfig:
     deterministic: bool = _opt(False, "use deterministic kernels (slower)")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = _opt("auto", "numeric precision")
     device: str = _opt(AUTO, "auto, cpu, cuda, cuda:1, mps, ...")
+    threads: int | None = _opt(None, "CPU threads for torch ops (none: torch's default); 1 is fastest for "
+                                     "tiny models on a busy machine", min=1)
     checkpoint_every: int | None = _opt(None, "save a checkpoint every N optimizer steps", min=1)
     keep_last: int = _opt(2, "checkpoints kept", min=1)
     resume: bool = _opt(False, "continue the run in output.dir from its last complete checkpoint")

@@ -53,7 +53,10 @@ class SmallCNN(nn.Module):
 
 
 class MLP(nn.Module):
-    """Flatten -> (Linear-BN-ReLU-Dropout) x len(hidden) -> Linear: tabular data and tiny images."""
+    """Flatten -> (Linear-LayerNorm-ReLU-Dropout) x len(hidden) -> Linear: tabular data and tiny images.
+
+    LayerNorm rather than BatchNorm: the last batch of an epoch may hold a single row, which
+    BatchNorm1d rejects in training mode."""
 
     def __init__(self, in_features: int, num_classes: int, hidden: tuple[int, ...] = (256, 128),
                  dropout: float = 0.1):
@@ -61,7 +64,7 @@ class MLP(nn.Module):
         layers: list[nn.Module] = [nn.Flatten()]
         width = in_features
         for size in hidden:
-            layers += [nn.Linear(width, size), nn.BatchNorm1d(size), nn.ReLU(inplace=True), nn.Dropout(dropout)]
+            layers += [nn.Linear(width, size), nn.LayerNorm(size), nn.ReLU(inplace=True), nn.Dropout(dropout)]
             width = size
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, num_classes)

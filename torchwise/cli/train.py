@@ -1,0 +1,241 @@
+"""`torchwise train`: an image folder or a CSV file to a trained, evaluated, reported run.
+
+    torchwise train --data images/ --out runs/exp1 --epochs 5
+    torchwise train --data table.csv --target price --out runs/price
+    torchwise train --config run.yaml --set train.lr=0.003
+    torchwise train --out runs/exp1 --resume --epochs 10     (continue, with more epochs)
+
+The run directory gets config.yaml, split.json, data_stats.json, meta.json (written before
+training, so an interrupted run can still be evaluated), and from the Trainer metrics.csv, tb/,
+checkpoints/ and final/; then eval.json and report.html.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from torchwise.errors import TorchwiseError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # Every flag defaults to None: only what the user typed overrides --config (see config.FLAG_KEYS).
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", metavar="PATH", help="image folder (class folders, or train/ and val/) or a CSV file")
+    data.add_argument("--target", metavar="COLUMN", help="CSV: the column to predict")
+    data.add_argument("--problem", choices=["auto", "classification", "regression"], help="CSV: default auto")
+    data.add_argument("--val-fraction", metavar="F", help="held out per class without a val/ folder (default 0.2)")
+    data.add_argument("--image-size", metavar="N", help="square input side (default: 224 for torchvision models, "
+                                                        "the images' median side up to 64 for smallcnn/mlp)")
+    data.add_argument("--missing", choices=["drop", "impute"], help="CSV rows with missing values (default drop)")
+    data.add_argument("--num-workers", metavar="N", help="DataLoader workers (default auto)")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", metavar="NAME", help="auto (default), smallcnn, mlp, resnet18, mobilenet_v3_small, "
+                                                       "efficientnet_b0, ... or pkg.module:callable")
+    model.add_argument("--weights", metavar="FILE", help="LOCAL pretrained state dict (.safetensors/.pt)")
+    model.add_argument("--freeze-backbone", action="store_const", const=True,
+                       help="train only the new classification head")
+    train = parser.add_argument_group("training")
+    train.add_argument("--epochs", metavar="N", help="default 10")
+    train.add_argument("--max-steps", metavar="N", help="stop after N optimizer steps")
+    train.add_argument("--batch-size", metavar="N", help="default 64")
+    train.add_argument("--lr", metavar="LR", help="peak learning rate (default 1e-3)")
+    train.add_argument("--seed", metavar="N", help="default 0")
+    train.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
+    train.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:1, mps")
+    train.add_argument("--checkpoint-every", metavar="STEPS", help="default: every epoch")
+    train.add_argument("--resume", action="store_const", const=True,
+                       help="continue the run in --out from its last complete checkpoint (uses its config.yaml)")
+    out = parser.add_argument_group("output and configuration")
+    out.add_argument("--out", metavar="RUNDIR", help="run directory (required)")
+    out.add_argument("--config", metavar="FILE", help="YAML file with sections data/model/train/output")
+    out.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                     help="override any configuration key, e.g. --set train.scheduler=onecycle (repeatable)")
+    out.add_argument("--show-config", action="store_true", help="print the resolved configuration and every key; "
+                                                                 "do not train")
+    out.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def resolve_config(args: argparse.Namespace):
+    from torchwise import config as cfg
+
+    flags = {dest: getattr(args, dest, None) for dest in cfg.FLAG_KEYS}
+    base = None
+    # --resume without --config continues with the run's own saved configuration, so the user
+    # does not have to repeat every flag; flags given now (e.g. more --epochs) still win.
+    if args.resume and not args.config and args.out and (Path(args.out) / "config.yaml").is_file():
+        base = cfg.load_yaml(Path(args.out) / "config.yaml")
+    config = cfg.resolve(config_file=args.config, base=base, flags=flags, sets=args.set)
+    if getattr(args, "quiet", False):
+        config = cfg.apply_overrides(config, {"output.progress": False})
+    return config
+
+
+def _progress_enabled(setting: Any) -> bool:
+    return sys.stderr.isatty() if setting == "auto" else bool(setting)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _optimizer_factory(train_cfg):
+    import torch
+
+    def make(params):
+        trainable = [p for p in params if p.requires_grad]  # a frozen backbone is not optimized
+        if train_cfg.optimizer == "sgd":
+            return torch.optim.SGD(trainable, lr=train_cfg.lr, momentum=0.9, nesterov=True,
+                                   weight_decay=train_cfg.weight_decay)
+        return torch.optim.AdamW(trainable, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+
+    return make
+
+
+def _check_run_dir(run_dir: Path, resume: bool) -> None:
+    if resume:
+        if not (run_dir / "checkpoints").is_dir():
+            raise TorchwiseError("Nothing to resume: the run directory has no checkpoints.",
+                                 values={"out": str(run_dir)}, fix="drop --resume to start this run")
+        return
+    if (run_dir / "checkpoints").exists() or (run_dir / "final").exists():
+        raise TorchwiseError("The run directory already holds a run.", values={"out": str(run_dir)},
+                             fix="add --resume to continue it, or choose a new --out directory")
+
+
+def _step_of(checkpoint: Path | None) -> int:
+    if checkpoint is None:
+        return 0
+    digits = "".join(ch for ch in Path(checkpoint).name if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def train_run(config, *, log=print) -> dict[str, Any]:
+    """Train, evaluate and report one run described by a resolved RunConfig; returns a summary."""
+    import torch
+
+    from torchwise.cli.eval import evaluate_outputs, worst_examples
+    from torchwise.data.tasks import prepare_task
+    from torchwise.models import build_model
+    from torchwise.train.early_stop import EarlyStopping
+    from torchwise.train.trainer import Trainer
+
+    if not config.output.dir:
+        raise TorchwiseError("No run directory given.", values={"output.dir": None},
+                             fix="pass --out RUNDIR (where checkpoints, metrics and the report go)")
+    run_dir = Path(config.output.dir)
+    _check_run_dir(run_dir, config.train.resume)
+    started = time.perf_counter()
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    progress = _progress_enabled(config.output.progress)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config.save(run_dir / "config.yaml")
+
+    task = prepare_task(config, run_dir, progress=progress)
+    _log_data(task, log)
+    meta = task.meta()
+    meta["data_path"] = str(Path(config.data.path).resolve())
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+
+    model = build_model(**{k: v for k, v in task.model_kwargs.items()}, weights=config.model.weights)
+    t = config.train
+    trainer = Trainer(
+        model, optimizer=_optimizer_factory(t), train_data=task.train, val_data=task.val,
+        task=task.problem, max_epochs=t.epochs, max_steps=t.max_steps, batch_size=t.batch_size,
+        accumulate=t.accumulate, clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
+        seed=t.seed, deterministic=t.deterministic, out_dir=run_dir, checkpoint_every=t.checkpoint_every,
+        keep_last=t.keep_last, resume=t.resume, progress=config.output.progress,
+        scheduler=None if t.scheduler == "none" else t.scheduler, warmup_steps=t.warmup_steps,
+        early_stopping=EarlyStopping(patience=t.early_stopping) if t.early_stopping else None,
+        num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta,
+    )
+    fit_started = time.perf_counter()
+    result = trainer.fit()
+    train_time = time.perf_counter() - fit_started
+
+    outputs, targets = trainer.predict(task.val)
+    evaluation = evaluate_outputs(outputs, targets, meta)
+    worst = []
+    if task.problem == "classification":
+        worst = worst_examples(outputs, targets, task.val_ids, task.class_names, config.output.worst_examples)
+    (run_dir / "eval.json").write_text(json.dumps({**evaluation, "worst": worst, "data": task.summary}, indent=2))
+
+    steps_now = result.steps - _step_of(result.resumed_from)
+    samples = min(steps_now * t.batch_size * t.accumulate, max(1, result.epochs) * len(task.train)) \
+        if steps_now else 0
+    timing = {"train_time_s": round(train_time, 2), "steps": result.steps, "steps_this_session": steps_now,
+              "epochs": result.epochs, "samples_per_s": round(samples / train_time, 1) if train_time > 0 else None,
+              "steps_per_s": round(steps_now / train_time, 2) if train_time > 0 else None,
+              "stopped_early": result.stopped_early, "skipped_steps": result.skipped_steps,
+              "device": str(trainer.device), "threads": torch.get_num_threads()}
+    report_path = None
+    if config.output.report:
+        from torchwise.report.html import write_report
+        from torchwise.report.plots import thumbnail_png
+
+        for item in worst:
+            if task.val_image is not None:
+                item["png"] = thumbnail_png(task.val_image(item["index"]))
+        timing["run_time_s"] = round(time.perf_counter() - started, 2)
+        report_path = write_report(run_dir, title=f"torchwise run: {run_dir.name}", summary=task.summary,
+                                   evaluation=evaluation, class_names=task.class_names, worst=worst,
+                                   timing=timing, config=config.to_dict())
+    timing["run_time_s"] = round(time.perf_counter() - started, 2)
+    summary = {"run_dir": str(run_dir), "evaluation": evaluation, "timing": timing,
+               "report": str(report_path) if report_path else None, "final": str(result.final_path)}
+    _log_result(summary, log)
+    return summary
+
+
+def _log_data(task, log) -> None:
+    s = task.summary
+    if task.kind == "image":
+        train_n, val_n = sum(s["train_counts"].values()), sum(s["val_counts"].values())
+        log(f"data: {s['root']} ({s['layout']}): {len(task.class_names)} classes, {train_n} train / {val_n} val "
+            f"images, input {s['input']}, normalization from {s['normalization']}")
+    else:
+        log(f"data: {s['root']}: {s['problem']} of {s['target']!r}, {s['train_rows']} train / {s['val_rows']} val "
+            f"rows, {s['features']} features")
+        for key in ("dropped_missing_target", "dropped_missing_features", "imputed_values"):
+            if s.get(key):
+                log(f"data: {key.replace('_', ' ')}: {s[key]}")
+        for column, why in (s.get("ignored_columns") or {}).items():
+            log(f"data: ignored column {column!r}: {why}")
+    skipped = s.get("skipped") or []
+    if skipped:
+        log(f"data: skipped {len(skipped)} unreadable image(s) (listed in the report):")
+        for item in skipped[:5]:
+            log(f"  {item['path']}: {item['reason']}")
+
+
+def _log_result(summary: dict[str, Any], log) -> None:
+    ev, timing = summary["evaluation"], summary["timing"]
+    if ev["problem"] == "classification":
+        score = f"val accuracy {ev['accuracy']:.4f}"
+    else:
+        score = f"val RMSE {ev['rmse']:.4g}, MAE {ev['mae']:.4g}, R² {ev['r2']:.3f}"
+    log(f"done: {score} after {timing['steps']} steps ({timing['epochs']} epochs) in {timing['train_time_s']:.1f} s "
+        f"({timing['samples_per_s']} samples/s)")
+    log(f"weights: {summary['final']}")
+    if summary["report"]:
+        log(f"report:  {summary['report']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = resolve_config(args)
+    if args.show_config:
+        from torchwise import config as cfg
+        import yaml
+
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        print("# every key (set with --set section.key=value):")
+        print("\n".join("# " + line for line in cfg.describe().splitlines()))
+        return 0
+    train_run(config)
+    return 0
