@@ -92,7 +92,8 @@ def confusion_png(matrix: Sequence[Sequence[int]], class_names: Sequence[str]) -
     share = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
     image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
     fig.colorbar(image, ax=ax, fraction=0.046, label="share of the true class")
-    ax.set_xticks(range(n), [str(c) for c in class_names], rotation=45 if n > 6 else 0, ha="right" if n > 6 else "center")
+    tilt = n > 6 and max(len(str(c)) for c in class_names) > 3  # long names would overlap
+    ax.set_xticks(range(n), [str(c) for c in class_names], rotation=45 if tilt else 0, ha="right" if tilt else "center")
     ax.set_yticks(range(n), [str(c) for c in class_names])
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")

@@ -1,0 +1,116 @@
+"""Shared fixtures: small REAL data sets written to disk (PNG folders, CSV files) and a helper
+that runs the `torchwise` command in a subprocess, as a user would."""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CLASS_COLORS = {"red": (200, 40, 40), "green": (40, 180, 60), "blue": (50, 60, 210)}
+
+
+def write_color_images(folder: Path, per_class: int, *, seed: int, size: int = 16) -> None:
+    """One folder per class; each image is the class colour plus noise and a random bright square,
+    so the classes are easy but not identical images."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for name, color in CLASS_COLORS.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = np.array(color, dtype=np.float32) + rng.normal(0, 25, (size, size, 3))
+            x, y = rng.integers(0, size - 4, 2)
+            pixels[y:y + 4, x:x + 4] = 255
+            Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB").save(folder / name / f"{name}_{i:03d}.png")
+
+
+def write_corrupt_files(folder: Path) -> list[Path]:
+    """A truncated PNG and an empty .jpg: both must be skipped and listed, never crash training."""
+    good = next(folder.glob("*.png")).read_bytes()
+    truncated = folder / "broken_truncated.png"
+    truncated.write_bytes(good[: len(good) // 3])
+    empty = folder / "empty.jpg"
+    empty.write_bytes(b"")
+    (folder / "notes.txt").write_text("not an image: ignored without complaint")
+    return [truncated, empty]
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory) -> Path:
+    """root/<red|green|blue>/*.png, 16x16 RGB, 24 per class, plus two corrupt files in red/."""
+    root = tmp_path_factory.mktemp("images") / "colors"
+    write_color_images(root, 24, seed=0)
+    write_corrupt_files(root / "red")
+    return root
+
+
+@pytest.fixture(scope="session")
+def trainval_folder(tmp_path_factory) -> Path:
+    """root/train/<class>/ and root/val/<class>/ (the user's own split)."""
+    root = tmp_path_factory.mktemp("images") / "trainval"
+    write_color_images(root / "train", 16, seed=1)
+    write_color_images(root / "val", 6, seed=2)
+    return root
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[object]]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="session")
+def classification_csv(tmp_path_factory) -> Path:
+    """200 rows: two numeric features, a categorical one, an id column, a few missing values;
+    the label is a clear function of x1 and the colour."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(200):
+        x1, x2 = rng.normal(0, 1), rng.normal(5, 2)
+        color = ["red", "green", "blue"][i % 3]
+        label = "yes" if x1 + (1.5 if color == "red" else -0.5) > 0 else "no"
+        row: list[object] = [f"id{i:04d}", round(x1, 4), round(x2, 4), color, label]
+        if i % 25 == 3:
+            row[2] = ""            # missing numeric
+        if i % 40 == 7:
+            row[3] = "NA"          # missing category
+        rows.append(row)
+    return _write_csv(tmp_path_factory.mktemp("csv") / "customers.csv", ["id", "x1", "x2", "color", "label"], rows)
+
+
+@pytest.fixture(scope="session")
+def regression_csv(tmp_path_factory) -> Path:
+    rng = np.random.default_rng(1)
+    rows = []
+    for _ in range(240):
+        area, rooms = rng.uniform(30, 150), int(rng.integers(1, 6))
+        city = ["north", "south"][int(rng.integers(0, 2))]
+        price = 2.0 * area + 15 * rooms + (40 if city == "north" else 0) + rng.normal(0, 5)
+        rows.append([round(area, 2), rooms, city, round(price, 2)])
+    return _write_csv(tmp_path_factory.mktemp("csv") / "houses.csv", ["area", "rooms", "city", "price"], rows)
+
+
+def run_cli(*args: object, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`python -m torchwise ARGS` in a subprocess; stdout/stderr captured as text."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.run([sys.executable, "-m", "torchwise", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def image_run(image_folder, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One real `torchwise train` on the colour folder (with its corrupt files), shared by the
+    train, eval and report tests: (run directory, finished process)."""
+    run_dir = tmp_path_factory.mktemp("runs") / "colors"
+    proc = run_cli("train", "--data", image_folder, "--out", run_dir, "--epochs", "3", "--batch-size", "16",
+                   "--lr", "0.003", "--seed", "0", "--set", "train.threads=1", "--set", "output.worst_examples=8")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run_dir, proc

@@ -1,0 +1,181 @@
+"""`torchwise train` end to end, in a subprocess, on real PNG folders and CSV files."""
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import yaml
+from PIL import Image
+
+from conftest import run_cli
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.alts: list[str] = []
+        self.text: list[str] = []
+        self.headings: list[str] = []
+        self._in_heading = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs).get("src", ""))
+            self.alts.append(dict(attrs).get("alt", ""))
+        self._in_heading = tag in ("h1", "h2", "h3")
+
+    def handle_endtag(self, tag):
+        self._in_heading = False
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._in_heading:
+            self.headings.append(data.strip())
+
+
+def parse_report(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    return page
+
+
+def decoded_pngs(page: _Page) -> list[Image.Image]:
+    """Every <img> must be an embedded PNG that really decodes (self-contained report)."""
+    images = []
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,"), src[:60]
+        image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        image.load()
+        images.append(image)
+    return images
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_image_folder_run_writes_every_artifact(image_run):
+    run_dir, proc = image_run
+    for name in ("config.yaml", "metrics.csv", "split.json", "data_stats.json", "meta.json", "eval.json",
+                 "report.html", "final/model.safetensors", "final/meta.json"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "tb").iterdir()), "no TensorBoard event files"
+    assert [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step-")]
+
+    rows = read_metrics(run_dir)
+    assert len(rows) == 3  # one evaluation per epoch
+    assert {"epoch", "step", "train_loss", "val_loss", "val_acc", "lr"} <= set(rows[0])
+    assert float(rows[-1]["val_loss"]) < float(rows[0]["val_loss"])
+    assert float(rows[-1]["val_acc"]) >= 0.9, rows[-1]  # three colours: easy once trained at all
+
+    meta = json.loads((run_dir / "final" / "meta.json").read_text())
+    assert meta["task"] == "image" and meta["problem"] == "classification"
+    assert meta["class_names"] == ["blue", "green", "red"]
+    assert meta["input_size"] == [3, 16, 16]
+    assert meta["model"]["name"] == "smallcnn" and meta["model"]["num_classes"] == 3
+    assert len(meta["mean"]) == 3 and len(meta["std"]) == 3
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["train"]["epochs"] == 3 and config["train"]["batch_size"] == 16
+    assert config["output"]["worst_examples"] == 8  # from --set
+
+
+def test_corrupt_images_are_skipped_counted_and_reported(image_run):
+    run_dir, proc = image_run
+    assert "skipped 2 unreadable image(s)" in proc.stdout
+    split = json.loads((run_dir / "split.json").read_text())
+    skipped = sorted(Path(p).name for p, _ in split["skipped"])
+    assert skipped == ["broken_truncated.png", "empty.jpg"]
+    # 24 good images per class: none lost, none of the broken ones used
+    assert len(split["train"]) + len(split["val"]) == 72
+    page = parse_report(run_dir / "report.html")
+    text = " ".join(page.text)
+    assert "Skipped files: 2" in text and "broken_truncated.png" in text and "empty.jpg" in text
+
+
+def test_stats_come_from_the_training_split_only(image_run):
+    run_dir, _ = image_run
+    stats = json.loads((run_dir / "data_stats.json").read_text())
+    assert stats["split"] == "train"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["mean"] == stats["mean"] and meta["std"] == stats["std"]
+
+
+def test_report_is_one_self_contained_page_with_plots(image_run):
+    run_dir, _ = image_run
+    page = parse_report(run_dir / "report.html")
+    images = decoded_pngs(page)
+    # loss, accuracy, lr curves + confusion matrix + per-class chart, at least
+    assert len(images) >= 5
+    for heading in ("Training curves", "Validation results", "Confusion matrix", "Per-class precision and recall",
+                    "Worst-classified validation examples", "Data", "Class counts", "Run time and throughput"):
+        assert heading in page.headings, heading
+    text = " ".join(page.text)
+    assert "samples_per_s" in text and "val accuracy" in text
+    html_text = (run_dir / "report.html").read_text()
+    assert "http://" not in html_text and "https://" not in html_text  # nothing fetched when opened
+
+
+def test_resume_continues_the_run(image_folder, tmp_path):
+    run_dir = tmp_path / "resumable"
+    first = run_cli("train", "--data", image_folder, "--out", run_dir, "--epochs", "1", "--batch-size", "32",
+                    "--set", "train.threads=1", "--set", "output.report=false")
+    assert first.returncode == 0, first.stderr
+    steps_first = int(read_metrics(run_dir)[-1]["step"])
+
+    again = run_cli("train", "--data", image_folder, "--out", run_dir, "--epochs", "1")
+    assert again.returncode == 2 and "already holds a run" in again.stderr and "--resume" in again.stderr
+
+    # No --data: --resume takes the run's own config.yaml; --epochs given now wins.
+    resumed = run_cli("train", "--out", run_dir, "--resume", "--epochs", "2", "--set", "output.report=true")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout + resumed.stderr
+    rows = read_metrics(run_dir)
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
+    assert int(rows[-1]["step"]) == 2 * steps_first
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["epochs"] == 2
+    assert (run_dir / "report.html").is_file()
+
+
+def test_csv_classification_with_missing_values(classification_csv, tmp_path):
+    run_dir = tmp_path / "csv-cls"
+    proc = run_cli("train", "--data", classification_csv, "--target", "label", "--out", run_dir, "--epochs", "15",
+                   "--batch-size", "32", "--lr", "0.01", "--missing", "impute", "--set", "train.threads=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "classification of 'label'" in proc.stdout
+    assert "ignored column 'id'" in proc.stdout  # an identifier is not a feature
+    meta = json.loads((run_dir / "final" / "meta.json").read_text())
+    assert meta["task"] == "tabular" and meta["class_names"] == ["no", "yes"]
+    assert meta["model"]["name"] == "mlp"
+    encoder = meta["tabular"]["encoder"]
+    assert set(encoder["numeric"]) == {"x1", "x2"} and "<missing>" in encoder["categorical"]["color"]
+    assert meta["input_size"] == [len(meta["tabular"]["feature_names"])]
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["data"]["imputed_values"] > 0
+    assert evaluation["examples"] == 40  # nothing dropped with impute: 20% of 200
+    assert evaluation["accuracy"] >= 0.8, evaluation["accuracy"]
+    page = parse_report(run_dir / "report.html")
+    assert len(decoded_pngs(page)) >= 4
+
+
+def test_csv_regression_is_detected_and_scored_in_target_units(regression_csv, tmp_path):
+    run_dir = tmp_path / "csv-reg"
+    proc = run_cli("train", "--data", regression_csv, "--target", "price", "--out", run_dir, "--epochs", "25",
+                   "--batch-size", "32", "--lr", "0.01", "--set", "train.threads=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "regression of 'price'" in proc.stdout
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["problem"] == "regression"
+    assert evaluation["r2"] > 0.8, evaluation["r2"]
+    # price spans ~100..400: an RMSE in standardized units (~0.3) would mean the target was not un-scaled
+    assert 2 < evaluation["rmse"] < 60
+    page = parse_report(run_dir / "report.html")
+    assert len(decoded_pngs(page)) >= 3
+    assert "predicted vs actual" in page.alts
