@@ -1,0 +1,29 @@
+"""The demo is the first thing a new user runs: real digits, the real train path, fast and accurate."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.mark.slow
+def test_demo_trains_digits_fast_and_accurately(tmp_path):
+    started = time.perf_counter()
+    proc = run_cli("demo", "--out", tmp_path / "demo", timeout=300)
+    elapsed = time.perf_counter() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert elapsed < 120, f"demo took {elapsed:.1f} s (limit: 2 minutes on 2 CPU cores)"
+
+    digits = sorted((tmp_path / "demo" / "digits").glob("*/*.png"))
+    assert len(digits) == 1797
+    run_dir = tmp_path / "demo" / "run"
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["examples"] == 359
+    assert evaluation["accuracy"] >= 0.95, evaluation["accuracy"]
+    assert (run_dir / "final" / "model.safetensors").is_file()
+    assert (run_dir / "report.html").is_file()
+    assert f"open the report: {run_dir / 'report.html'}" in proc.stdout
+    assert "next, try:" in proc.stdout and "eval --run" in proc.stdout
