@@ -99,7 +99,7 @@ def export_and_verify(model, example_input: Any, out_dir: str | Path, *,
     else:
         real = []
     example = as_tuple(example_input)
-    batches = verification_batches(example, real)
+    batches = verification_batches(example, real, dynamic_spatial=dynamic_spatial)
     results: dict[str, FormatResult] = {}
     for fmt in wanted:
         result = FormatResult(fmt)

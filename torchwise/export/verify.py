@@ -32,6 +32,7 @@ class Comparison:
     ok: bool
     worst_index: tuple = ()
     top1_agree: float | None = None   # fraction of rows whose argmax agrees (classification outputs)
+    error: str | None = None          # the exported model failed to run on this batch
 
 
 @dataclass
@@ -61,6 +62,9 @@ class VerifyReport:
         out = []
         for c in self.comparisons:
             agree = f"  top-1 agree {c.top1_agree * 100:.1f}%" if c.top1_agree is not None else ""
+            if c.error:
+                out.append(f"  {c.label:<22} output {c.output:<10} FAILED TO RUN: {c.error}")
+                continue
             out.append(f"  {c.label:<22} output {c.output:<10} max abs {c.max_abs:.2e}  max rel {c.max_rel:.2e}"
                        f"  {'ok' if c.ok else 'FAIL'}{agree}")
         return out
@@ -74,6 +78,13 @@ class VerifyReport:
         if self.ok:
             return
         worst = self.worst
+        if worst.error:
+            raise ExportMismatchError(
+                f"The {self.target} export fails to run on the {worst.label} batch, where PyTorch works.",
+                values={"error": worst.error},
+                fix=("the export fixed a size that this input changes (e.g. adaptive pooling to a size > 1 or a "
+                     "reshape to constants becomes static): export without --dynamic-spatial, or use global "
+                     "pooling (AdaptiveAvgPool2d(1)) / x.flatten(1) in the model"))
         raise ExportMismatchError(
             f"The {self.target} export does not match PyTorch: output '{worst.output}' differs on the {worst.label} batch.",
             values={"max abs err": f"{worst.max_abs:.3e}", "max rel err": f"{worst.max_rel:.3e}",
@@ -142,12 +153,21 @@ def random_like(example: tuple, batch: int, seed: int) -> tuple:
 
 
 def verification_batches(example_input: Any, real_batches: Sequence[Any] | None = None,
-                         sizes: Sequence[int] = (1, 5)) -> list[tuple[str, tuple]]:
-    """(label, inputs) pairs: random inputs at two batch sizes, and real inputs at two batch sizes."""
+                         sizes: Sequence[int] = (1, 5), dynamic_spatial: bool = False) -> list[tuple[str, tuple]]:
+    """(label, inputs) pairs: random inputs at two batch sizes, and real inputs at two batch sizes;
+    with dynamic_spatial, also random images of another height and width (an exporter can bake
+    the example's size into e.g. adaptive pooling, which only such an input reveals)."""
+    import torch
+
     from torchwise.export.onnx import as_tuple
 
     example = as_tuple(example_input)
     batches = [(f"random, batch {n}", random_like(example, n, seed=100 + n)) for n in sizes]
+    if dynamic_spatial and example and isinstance(example[0], torch.Tensor) and example[0].dim() == 4:
+        h, w = example[0].shape[2:]
+        other = tuple(torch.nn.functional.interpolate(t, size=(h + 8, w + 4)) if t.dim() == 4 else t
+                      for t in random_like(example, 2, seed=99))
+        batches.append((f"random, batch 2, {h + 8}x{w + 4}", other))
     for i, real in enumerate(real_batches or []):
         real = as_tuple(real)
         batches.append((f"real, batch {real[0].shape[0]}", real))
@@ -184,8 +204,14 @@ def verify_onnx(model, onnx_path: str | Path, batches: Sequence[tuple[str, Any]]
     for label, batch in batches:
         batch = tuple(t.detach().cpu() for t in as_tuple(batch))
         feeds = {name: np.ascontiguousarray(t.numpy()) for name, t in zip(names, batch)}
-        got = session.run(None, feeds)
         ref = torch_outputs(model, batch)
+        try:
+            got = session.run(None, feeds)
+        except Exception as exc:  # onnxruntime rejects the input: a shape baked into the graph
+            message = str(exc).split("Status Message:")[-1].strip()[:300]
+            report.comparisons.append(Comparison(label, len(batch[0]), out_names[0], float("inf"), float("inf"),
+                                                 False, (), None, message))
+            continue
         for name, g, r in zip(out_names, got, ref):
             report.comparisons.append(compare_arrays(label, name, g, r, atol, rtol))
     if raise_on_fail:
