@@ -29,6 +29,8 @@ class StepRunner:
         self.scaler = precision.make_scaler(device)
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self._loss_checked = False
+        # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
+        self._has_no_sync = hasattr(model, "no_sync")
 
     def run(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
         """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them."""
@@ -47,7 +49,7 @@ class StepRunner:
                     return StepResult(value, None, f"non-finite loss ({value})", total)
                 # Weighting by sample count makes N accumulated micro-batches equal one batch N times larger,
                 # also when the last micro-batch of an epoch is short (dividing by N would not).
-                weighted = loss * (n / total)
+                weighted = loss * (n / total) if n != total else loss
                 (scaler.scale(weighted) if scaler is not None else weighted).backward()
             loss_sum += value * n
         if scaler is not None:
@@ -71,7 +73,7 @@ class StepRunner:
 
     def _no_sync(self, last_micro_batch: bool):
         # Under DDP, only the last micro-batch of an accumulated step needs the gradient all-reduce.
-        if not last_micro_batch and hasattr(self.model, "no_sync"):
+        if not last_micro_batch and self._has_no_sync:
             return self.model.no_sync()
         return contextlib.nullcontext()
 

@@ -1,0 +1,145 @@
+"""Trainer vs the seed article's hand-written loop, same CPU workload, same run.
+
+Prints samples/s for each and the ratio (Trainer time / hand loop time; 1.00 = no overhead).
+Times are the process' CPU time (one torch thread, no loader workers), so that other programs
+running on the machine do not distort the ratio; on an idle machine wall time gives the same.
+Lightning and Accelerate are timed too when they are installed.
+
+    python bench/bench_trainer.py [--epochs 3] [--repeats 5] [--hidden 256]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_workload(n: int, features: int, classes: int, hidden: int):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, features, generator=g)
+    y = (x @ torch.randn(features, classes, generator=g)).argmax(1)
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Dropout(0.1), nn.Linear(hidden, hidden),
+                             nn.ReLU(), nn.Linear(hidden, classes))
+
+    return TensorDataset(x, y), model
+
+
+def hand_loop(dataset, build, epochs, batch_size):
+    """The seed's template: zero_grad(set_to_none), forward, loss, backward, step, loss.item(), accuracy."""
+    model = build()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    criterion = nn.CrossEntropyLoss()
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    device = torch.device("cpu")
+    start = time.process_time()
+    for _ in range(epochs):
+        model.train()
+        total_loss, correct, total = 0.0, 0, 0
+        for data, target in loader:
+            data, target = data.to(device, non_blocking=True), target.to(device, non_blocking=True)
+            optimizer.zero_grad(set_to_none=True)
+            output = model(data)
+            loss = criterion(output, target)
+            loss.backward()
+            optimizer.step()
+            total_loss += loss.item()
+            correct += (output.argmax(dim=1) == target).sum().item()
+            total += target.size(0)
+    return time.process_time() - start
+
+
+def torchwise_trainer(dataset, build, epochs, batch_size):
+    import torchwise
+
+    trainer = torchwise.Trainer(build(), lambda p: torch.optim.AdamW(p, lr=1e-3), train_data=dataset,
+                                max_epochs=epochs, batch_size=batch_size, device="cpu", progress=False,
+                                tensorboard=False)
+    start = time.process_time()
+    trainer.fit()
+    return time.process_time() - start
+
+
+def lightning_trainer(dataset, build, epochs, batch_size):
+    import lightning as L
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = build()
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    start = time.process_time()
+    trainer.fit(Module(), loader)
+    return time.process_time() - start
+
+
+def accelerate_loop(dataset, build, epochs, batch_size):
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True)
+    model = build()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    model, optimizer, loader = acc.prepare(model, optimizer, loader)
+    start = time.process_time()
+    for _ in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(model(x), y)
+            acc.backward(loss)
+            optimizer.step()
+            loss.item()
+    return time.process_time() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--samples", type=int, default=8192)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps timings stable on a shared machine)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    dataset, build = make_workload(args.samples, 64, 10, args.hidden)
+    runners = {"hand-written loop": hand_loop, "torchwise.Trainer": torchwise_trainer}
+    for name, fn, module in (("Lightning", lightning_trainer, "lightning"), ("Accelerate", accelerate_loop, "accelerate")):
+        try:
+            __import__(module)
+            runners[name] = fn
+        except ImportError:
+            print(f"({name} not installed: skipped)")
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for fn in runners.values():  # warm-up: first-call costs (allocator, imports) out of the timings
+        fn(dataset, build, 1, args.batch_size)
+    for _ in range(args.repeats):  # interleaved, so drifts in machine load hit every runner alike
+        for name, fn in runners.items():
+            times[name].append(fn(dataset, build, args.epochs, args.batch_size))
+    base = statistics.median(times["hand-written loop"])
+    samples = args.samples * args.epochs
+    print(f"workload: MLP 64-{args.hidden}-{args.hidden}-10, {args.samples} samples, batch {args.batch_size}, "
+          f"{args.epochs} epochs, AdamW, CPU, {args.threads} thread(s); median of {args.repeats}")
+    for name, values in times.items():
+        med = statistics.median(values)
+        print(f"  {name:<20} {samples / med:>10.0f} samples/s   ratio {med / base:.3f}")
+
+
+if __name__ == "__main__":
+    main()
