@@ -1,0 +1,64 @@
+"""The HTML run report on its own: every plot embedded and decodable, escaping, regression view."""
+from __future__ import annotations
+
+import base64
+import csv
+import io
+
+from PIL import Image
+
+from torchwise.report.html import write_report
+from torchwise.report.plots import read_metrics_csv, thumbnail_png
+from test_cli_train import decoded_pngs, parse_report
+
+
+def _metrics(run_dir, rows):
+    with (run_dir / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["epoch", "step", "train_loss", "val_loss", "val_acc", "lr"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _classification():
+    return {"problem": "classification", "accuracy": 0.5, "examples": 4,
+            "per_class": [{"class": "cat", "precision": 0.5, "recall": 1.0, "f1": 0.67, "support": 2},
+                          {"class": "<dog>", "precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 2}],
+            "confusion": [[2, 0], [2, 0]]}
+
+
+def test_report_embeds_all_plots_and_examples(tmp_path):
+    _metrics(tmp_path, [{"epoch": 0, "step": 10, "train_loss": 1.0, "val_loss": 0.9, "val_acc": 0.4, "lr": 1e-3},
+                        {"epoch": 1, "step": 20, "train_loss": 0.5, "val_loss": "", "val_acc": 0.5, "lr": 5e-4}])
+    assert read_metrics_csv(tmp_path / "metrics.csv")[1].get("val_loss") is None  # empty cells dropped
+    thumb = thumbnail_png(Image.new("L", (8, 8), 128))
+    worst = [{"id": "/data/dog/7.png", "true": "<dog>", "predicted": "cat", "confidence": 0.9, "png": thumb}]
+    summary = {"kind": "image folder", "train_counts": {"cat": 3, "<dog>": 3}, "val_counts": {"cat": 2, "<dog>": 2},
+               "skipped": [{"path": "/data/cat/bad.png", "reason": "OSError: truncated"}]}
+    path = write_report(tmp_path, title="test run", summary=summary, evaluation=_classification(),
+                        class_names=["cat", "<dog>"], worst=worst, timing={"train_time_s": 1.5, "steps": 20},
+                        config={"train": {"lr": 0.001}})
+    page = parse_report(path)
+    images = decoded_pngs(page)
+    assert len(images) == 3 + 2 + 1  # loss/acc/lr curves, confusion + per-class, one example
+    assert images[-1].size == (96, 96)  # tiny images enlarged for the page
+    text = " ".join(page.text)
+    assert "bad.png" in text and "OSError: truncated" in text and "Skipped files: 1" in text
+    assert "<dog>" in text  # escaped in the source, intact once parsed
+    assert "<dog>" not in path.read_text().replace("&lt;dog&gt;", "")
+
+
+def test_report_without_metrics_and_for_regression(tmp_path):
+    evaluation = {"problem": "regression", "mae": 1.0, "rmse": 1.5, "r2": 0.9, "examples": 3,
+                  "predicted": [1.0, 2.0, 3.5], "actual": [1.0, 2.5, 3.0]}
+    path = write_report(tmp_path, title="reg", summary={"kind": "CSV table", "skipped": []},
+                        evaluation=evaluation, class_names=[])
+    page = parse_report(path)
+    assert len(decoded_pngs(page)) == 1 and "predicted vs actual" in page.alts
+    assert "No metrics.csv rows." in " ".join(page.text)
+    assert "Worst-classified validation examples" not in page.headings
+
+
+def test_data_uri_is_png(tmp_path):
+    png = thumbnail_png(Image.new("RGB", (300, 100)))
+    image = Image.open(io.BytesIO(base64.b64decode(base64.b64encode(png))))
+    assert image.format == "PNG" and image.size == (96, 32)
