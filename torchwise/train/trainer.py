@@ -362,6 +362,11 @@ class Trainer:
         found = ckpt.find_resume_checkpoint(self.resume, self.out_dir)
         if self.out_dir is not None:
             ckpt.clean_stale(self.out_dir / "checkpoints")
+            existing = ckpt.list_checkpoints(self.out_dir / "checkpoints")
+            # A fresh run would interleave its checkpoints with the old run's and prune the wrong ones.
+            _require(found is not None or not existing, "out_dir already holds checkpoints of another run.",
+                     {"out_dir": str(self.out_dir), "latest": existing[-1].name if existing else "-"},
+                     "Pass resume=True to continue that run, or use a new out_dir (or delete the old one).")
         if found is not None:
             self._load_checkpoint(found)
         return found
