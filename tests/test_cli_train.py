@@ -179,3 +179,40 @@ def test_csv_regression_is_detected_and_scored_in_target_units(regression_csv, t
     page = parse_report(run_dir / "report.html")
     assert len(decoded_pngs(page)) >= 3
     assert "predicted vs actual" in page.alts
+
+    again = run_cli("eval", "--run", run_dir, "--json", tmp_path / "again.json")
+    assert again.returncode == 0, again.stderr
+    assert "RMSE" in again.stdout
+    assert abs(json.loads((tmp_path / "again.json").read_text())["rmse"] - evaluation["rmse"]) < 1e-3
+
+
+def test_local_pretrained_weights_with_frozen_backbone(image_folder, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from torchwise.models import build_model
+
+    source = build_model("resnet18", 1000)  # an ImageNet-shaped state dict, saved locally
+    torch.save(source.state_dict(), tmp_path / "resnet18.pth")
+    run_dir = tmp_path / "transfer"
+    proc = run_cli("train", "--data", image_folder, "--out", run_dir, "--model", "resnet18", "--image-size", "32",
+                   "--weights", tmp_path / "resnet18.pth", "--freeze-backbone", "--max-steps", "3",
+                   "--batch-size", "16", "--set", "train.threads=1", "--set", "output.report=false")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pretrained (ImageNet) statistics" in proc.stdout
+    final = load_file(str(run_dir / "final" / "model.safetensors"))
+    assert torch.equal(final["conv1.weight"], source.conv1.weight)          # backbone frozen
+    assert torch.equal(final["bn1.running_mean"], source.bn1.running_mean)  # ... statistics included
+    assert final["fc.weight"].shape == (3, 512)                             # new head, trained
+    meta = json.loads((run_dir / "final" / "meta.json").read_text())
+    assert meta["mean"] == [0.485, 0.456, 0.406] and "weights" not in meta["model"]
+    assert int(read_metrics(run_dir)[-1]["step"]) == 3
+
+
+def test_show_config_prints_resolved_config_without_training(tmp_path, capsys):
+    from torchwise.cli.main import main
+
+    assert main(["train", "--data", "x", "--out", str(tmp_path / "r"), "--lr", "0.1", "--show-config"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["train"]["lr"] == 0.1 and shown["data"]["path"] == "x"
+    assert not (tmp_path / "r").exists()

@@ -88,3 +88,10 @@ def test_model_from_run_round_trip(tmp_path):
 
 def test_model_is_a_plain_module():
     assert isinstance(build_model("smallcnn", 2), nn.Module)
+
+
+def test_frozen_backbone_keeps_batchnorm_statistics():
+    model = build_model("resnet18", 3, freeze_backbone=True).train()
+    before = model.bn1.running_mean.clone()
+    model(torch.randn(4, 3, 32, 32) * 5 + 2)
+    assert torch.equal(model.bn1.running_mean, before)

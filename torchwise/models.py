@@ -179,8 +179,12 @@ def _freeze_all_but_head(model: nn.Module) -> None:
         param.requires_grad_(False)
     for param in head.parameters():
         param.requires_grad_(True)
-    # BatchNorm statistics would still drift in train mode; the frozen backbone keeps them as
-    # loaded. (Trainers calling model.train() each epoch reset this; the tiny drift is harmless.)
+    # A frozen backbone must stay as loaded, but BatchNorm updates its running statistics in train
+    # mode (which the Trainer sets), so a few batches of a small data set would silently overwrite
+    # the pretrained ones. momentum=0 keeps them: running = (1 - 0) * running + 0 * batch.
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module is not head:
+            module.momentum = 0.0
 
 
 def _user_model(spec: str, num_classes: int, in_channels: int, input_size: tuple[int, int] | None) -> nn.Module:
