@@ -261,3 +261,32 @@ def test_cli_exports_a_run_dir_and_a_checkpoint(tmp_path, capsys):
 
     assert main(["export", str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_demo_architecture_on_real_digits_exports_to_all_formats(tmp_path):
+    """The demo's model (smallcnn, 1x8x8, 10 classes) with real digits as verification inputs."""
+    from sklearn.datasets import load_digits
+
+    from torchwise.models import build_model
+
+    spec = {"name": "smallcnn", "num_classes": 10, "in_channels": 1, "input_size": [8, 8]}
+    torch.manual_seed(0)
+    model = build_model(**spec)
+    images = torch.tensor(load_digits().images[:64], dtype=torch.float32).unsqueeze(1) / 16.0
+    model.train()
+    with torch.no_grad():  # one pass in train mode gives BatchNorm real running statistics
+        model(images)
+    model.eval()
+    x = (images - 0.34) / 0.31
+    meta = {"task": "image", "problem": "classification", "class_names": [str(i) for i in range(10)],
+            "input_size": [1, 8, 8], "mean": [0.34], "std": [0.31], "model": spec,
+            "image": {"mode": "L", "size": 8, "center_crop": 1.0}}
+    summary = export_and_verify(model, x[:2], tmp_path, formats="onnx,torchscript,pt2", metadata=meta,
+                                real_inputs=x, log=None)
+    assert summary.ok, {k: r.error for k, r in summary.results.items()}
+    for result in summary.results.values():
+        assert result.verification.max_abs < 1e-4
+        real = [c for c in result.verification.comparisons if c.label.startswith("real")]
+        assert real and all(c.top1_agree == 1.0 for c in real)
+    pre = json.loads({p.key: p.value for p in onnx.load(str(summary.onnx_path)).metadata_props}["torchwise.preprocess"])
+    assert pre["resize_shorter"] == 8 and pre["mode"] == "L"  # center_crop 1.0: no resize for 8x8 digits

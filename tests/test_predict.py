@@ -209,3 +209,57 @@ def test_predict_user_errors(digits_run, tmp_path, capsys):
     assert "trained on images" in capsys.readouterr().err
     assert main(["predict", str(tmp_path), "x.png"]) == 2
     assert "torchwise export" in capsys.readouterr().err
+
+
+def _write_csvs(folder: Path) -> tuple[Path, Path]:
+    from sklearn.datasets import load_diabetes, load_iris
+
+    iris = load_iris()
+    iris_csv = folder / "iris.csv"
+    iris_csv.write_text("sl,sw,pl,pw,species\n" + "".join(
+        ",".join(f"{v:.1f}" for v in row) + f",{iris.target_names[t]}\n" for row, t in zip(iris.data, iris.target)))
+    diabetes = load_diabetes()
+    diab_csv = folder / "diabetes.csv"
+    diab_csv.write_text(",".join(diabetes.feature_names) + ",target\n" + "".join(
+        ",".join(f"{v:.5f}" for v in row) + f",{t}\n" for row, t in zip(diabetes.data, diabetes.target)))
+    return iris_csv, diab_csv
+
+
+def test_cli_train_export_predict_for_csv_runs(tmp_path):
+    """The real chain: `torchwise train` on a CSV, `export`, then torch-free `predict` on the CSV."""
+    from torchwise.data.tabular import TabularEncoder, read_csv
+    from torchwise.models import model_from_run
+
+    iris_csv, diab_csv = _write_csvs(tmp_path)
+    for csv, target, problem in ((iris_csv, "species", "classification"), (diab_csv, "target", "regression")):
+        run = tmp_path / f"run_{problem}"
+        assert main(["train", "--data", str(csv), "--target", target, "--out", str(run), "--epochs", "2"]) == 0
+        assert main(["export", str(run), "--format", "onnx"]) == 0
+        report = json.loads((run / "export" / "export_report.json").read_text())["formats"]["onnx"]
+        assert report["ok"] and any(c["label"].startswith("real") for c in report["comparisons"])
+        results = json.loads(_predict_without_torch(str(run), str(csv), "--json"))
+
+        model, meta = model_from_run(run)
+        header, rows = read_csv(csv)
+        x, _ = TabularEncoder.from_dict(meta["tabular"]["encoder"]).encode(header, rows)
+        x = (x - np.array(meta["mean"], dtype=np.float32)) / np.array(meta["std"], dtype=np.float32)
+        with torch.no_grad():
+            out = model(torch.from_numpy(x.astype(np.float32)))
+        assert len(results) == len(rows)
+        if problem == "classification":
+            expected = [meta["class_names"][i] for i in out.argmax(1).tolist()]
+            assert [r["predictions"][0]["class"] for r in results] == expected
+        else:
+            tab = meta["tabular"]
+            expected = (out[:, 0] * tab["target_std"] + tab["target_mean"]).numpy()
+            np.testing.assert_allclose([r["value"] for r in results], expected, rtol=1e-4, atol=1e-3)
+
+
+def test_export_verify_predict_for_the_demo(digits_run):
+    from torchwise.export import export_verify_predict
+
+    lines: list[str] = []
+    result = export_verify_predict(digits_run["run"], log=lines.append)
+    assert result["ok"] and result["max_abs_err"] < 1e-4
+    assert len(result["predictions"]) == 1 and len(result["predictions"][0]["predictions"]) == 3
+    assert any("no torch" in line for line in lines)

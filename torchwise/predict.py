@@ -229,7 +229,9 @@ def format_table(results: Sequence[Mapping[str, Any]]) -> str:
     if "value" in results[0]:
         lines.append(f"{'input':<{width}}  prediction")
         for r in results:
-            lines.append(f"{short(str(r['input'])):<{width}}  {json.dumps(r['value'])}")
+            value = r["value"]
+            text = f"{value:.6g}" if isinstance(value, float) else ", ".join(f"{v:.6g}" for v in value)
+            lines.append(f"{short(str(r['input'])):<{width}}  {text}")
         return "\n".join(lines)
     lines.append(f"{'input':<{width}}  {'top-1':<12} {'prob':>7}   others")
     for r in results:

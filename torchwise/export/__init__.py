@@ -16,6 +16,7 @@ from typing import Any
 _LAZY = {
     "export_and_verify": "torchwise.export.api",
     "export_run": "torchwise.export.api",
+    "export_verify_predict": "torchwise.export.api",
     "load_for_export": "torchwise.export.api",
     "ExportSummary": "torchwise.export.api",
     "export_onnx": "torchwise.export.onnx",
