@@ -1,0 +1,330 @@
+"""The catalog of silent training mistakes torchwise can find.
+
+One entry per mistake id: a short title, what it is, why it matters and the fix as code.
+The detectors live in `torchwise.diagnose.checks` and only add the evidence (numbers) and
+the place in the user's code; everything a person reads about a mistake comes from here,
+so the Trainer, `torchwise.watch` and `torchwise check` all word it the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    severity: str  # "error": the result is wrong; "warning": the result is likely poor or slow
+    title: str
+    why: str
+    fix: str
+
+
+def _e(id: str, severity: str, title: str, why: str, fix: str) -> Entry:
+    return Entry(id, severity, title, why, fix.strip("\n"))
+
+
+CATALOG: dict[str, Entry] = {e.id: e for e in [
+    _e("missing-zero-grad", "error", "Gradients are never cleared between optimizer steps",
+       "backward() adds to .grad; without zero_grad() every step uses the sum of all past gradients, "
+       "so updates grow and point the wrong way.",
+       """
+for x, y in loader:
+    optimizer.zero_grad()          # clear the previous step's gradients
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""),
+    _e("eval-mode-missing", "error", "Validation runs with the model in training mode",
+       "In training mode Dropout drops units at random and BatchNorm uses (and updates) the statistics "
+       "of the current batch, so validation numbers are noisy and too pessimistic.",
+       """
+model.eval()                       # Dropout off, BatchNorm uses running statistics
+with torch.no_grad():
+    for x, y in val_loader:
+        ...
+model.train()                      # back to training mode before the next epoch
+"""),
+    _e("train-mode-missing", "error", "Training runs with the model in eval mode",
+       "After model.eval() (usually in a validation function) Dropout stays off and BatchNorm stops "
+       "learning its statistics until model.train() is called again.",
+       """
+for epoch in range(epochs):
+    model.train()                  # at the start of every epoch, after any validation
+    for x, y in train_loader:
+        ...
+"""),
+    _e("softmax-before-loss", "error", "Probabilities (softmax output) are fed to a loss that expects logits",
+       "CrossEntropyLoss applies log_softmax itself; feeding it softmax outputs squashes the gradients "
+       "and training stalls at a mediocre accuracy.",
+       """
+logits = model(x)                  # no softmax in the model's forward
+loss = F.cross_entropy(logits, y)  # or nn.CrossEntropyLoss()(logits, y)
+probs = logits.softmax(dim=1)      # only where you need probabilities (prediction)
+"""),
+    _e("double-sigmoid", "error", "Sigmoid applied before BCEWithLogitsLoss",
+       "BCEWithLogitsLoss applies the sigmoid itself; a second sigmoid squeezes its input into (0, 1), "
+       "so predictions can never be confident and the gradients are tiny.",
+       """
+logits = model(x)                  # no sigmoid at the end of the model
+loss = F.binary_cross_entropy_with_logits(logits, y)
+probs = torch.sigmoid(logits)      # only for prediction
+"""),
+    _e("labels-not-zero-based", "error", "Class labels start at 1, not 0",
+       "CrossEntropyLoss expects labels 0..C-1. With labels 1..C the output for class 0 is never trained "
+       "and every class index is shifted by one.",
+       """
+y = y - 1                          # or: encode labels once, e.g. {label: i for i, label in enumerate(sorted(set(labels)))}
+model = Net(num_classes=num_classes)   # num_classes = number of distinct labels
+"""),
+    _e("output-classes-mismatch", "error", "The model has more outputs than the data has classes",
+       "Extra outputs never see a positive example; they waste capacity and make the predicted class "
+       "distribution wrong (and usually betray a copy-pasted head, e.g. 100 classes for 10-class data).",
+       """
+num_classes = int(y_train.max()) + 1        # or len(dataset.classes)
+model.fc = nn.Linear(in_features, num_classes)
+"""),
+    _e("wrong-loss-for-task", "error", "The loss function does not fit the task",
+       "Regression losses on class labels treat classes as ordered numbers; cross entropy on a single "
+       "output or on continuous targets cannot learn anything.",
+       """
+# classification (integer labels 0..C-1):  model outputs C logits
+loss = F.cross_entropy(logits, y)
+# binary / multi-label (0/1 targets):        one logit per label
+loss = F.binary_cross_entropy_with_logits(logits, y.float())
+# regression (real-valued targets):
+loss = F.mse_loss(pred.squeeze(-1), y)
+"""),
+    _e("params-not-in-optimizer", "error", "Some trainable parameters are not in the optimizer",
+       "They receive gradients but are never updated, usually because a layer was replaced or added "
+       "after the optimizer was created.",
+       """
+model.fc = nn.Linear(512, num_classes)          # change the model first ...
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)   # ... then build the optimizer
+# to freeze a part on purpose: p.requires_grad_(False) for its parameters
+"""),
+    _e("unregistered-submodules", "error", "Layers kept in a plain Python list or dict are not part of the model",
+       "nn.Module only registers sub-modules assigned as attributes or held in nn.ModuleList/ModuleDict; "
+       "layers in a list are missing from model.parameters(), so the optimizer never updates them, "
+       "and .to(device), .eval() and state_dict() skip them.",
+       """
+self.blocks = nn.ModuleList([Block(d) for _ in range(n)])   # not [Block(d) for _ in range(n)]
+self.heads = nn.ModuleDict({"a": nn.Linear(d, 2)})          # not {"a": nn.Linear(d, 2)}
+"""),
+    _e("no-gradient-flow", "error", "Parameters receive no gradient",
+       "The computation graph is cut before them (.detach(), .item(), .numpy(), .data, torch.tensor(...) "
+       "on an intermediate result), they are not used in forward, or zero_grad() runs between "
+       "backward() and step(): these parameters never learn.",
+       """
+h = self.encoder(x)                # keep the result in the graph: no .detach()/.item()/.numpy()/.data
+out = self.head(h)
+loss.backward()
+optimizer.step()
+optimizer.zero_grad()              # clear after step() (or before forward), never between backward and step
+"""),
+    _e("loss-retains-graph", "error", "Loss tensors are kept with their whole computation graph",
+       "Storing `loss` (not `loss.item()`) in a list or a running sum keeps every step's graph and "
+       "activations alive: memory grows each step until it runs out.",
+       """
+running_loss += loss.item()        # a Python float, not the tensor
+losses.append(loss.item())         # or loss.detach()
+"""),
+    _e("lr-too-high", "warning", "Learning rate too high: the loss diverges",
+       "Each step moves the weights by a large fraction of their size, so the loss jumps around or "
+       "explodes instead of going down.",
+       """
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)   # 3e-4..3e-3 for Adam(W); 1e-2..1e-1 for SGD
+# find a good value: `torchwise lr-find`, then use ~1/10 of the loss minimum
+"""),
+    _e("lr-too-low", "warning", "Learning rate too low: the weights barely move",
+       "Each step changes the weights by less than a millionth of their size; the loss stays flat and "
+       "training wastes its time.",
+       """
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)   # 3e-4..3e-3 for Adam(W); 1e-2..1e-1 for SGD
+"""),
+    _e("exploding-gradients", "warning", "Gradients explode",
+       "Gradients far larger than the weights make updates that throw the weights away; typical of deep "
+       "or recurrent networks with a bad initialization or no normalization.",
+       """
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+optimizer.step()
+# and use a sane init (nn.init.kaiming_normal_ for ReLU nets) / normalization layers / a lower lr
+"""),
+    _e("vanishing-gradients", "warning", "Gradients vanish in the first layers",
+       "The first layers get gradients thousands of times smaller (relative to their weights) than the "
+       "last ones, so they barely learn; typical of deep stacks of sigmoid/tanh.",
+       """
+nn.Sequential(nn.Linear(d, h), nn.ReLU(), ...)    # ReLU/GELU instead of Sigmoid/Tanh between layers
+# add normalization (nn.BatchNorm1d / nn.LayerNorm) or residual connections; init with nn.init.kaiming_normal_
+"""),
+    _e("dead-relu", "warning", "Most ReLU units are dead (output 0 for every input)",
+       "A dead unit outputs 0 for all inputs and gets no gradient, so it never recovers; usually caused "
+       "by a too high learning rate or a large negative bias.",
+       """
+nn.init.kaiming_normal_(layer.weight, nonlinearity="relu"); nn.init.zeros_(layer.bias)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)    # lower the learning rate
+act = nn.LeakyReLU(0.01)                                      # or an activation without a dead zone
+"""),
+    _e("nonfinite-loss", "error", "The loss became NaN or infinite",
+       "Once a NaN reaches the weights every later step is garbage; it comes from an operation that "
+       "overflows or is undefined (log of 0, division by 0, sqrt of a negative) or from a too high "
+       "learning rate.",
+       """
+out = torch.log(x.clamp_min(1e-8))         # guard log/div/sqrt inputs
+out = x / (x.sum(dim=1, keepdim=True) + 1e-8)
+torch.autograd.set_detect_anomaly(True)    # while debugging: names the operation that produced the NaN
+"""),
+    _e("nonfinite-input", "error", "The data contains NaN or infinite values",
+       "A single NaN in a batch makes the loss NaN and, after one step, the weights.",
+       """
+x = torch.nan_to_num(x, nan=0.0)           # or impute missing values (e.g. with the train-split mean)
+assert torch.isfinite(x).all(), "data contains NaN/inf"
+"""),
+    _e("unnormalized-input", "warning", "Inputs are not normalized",
+       "Inputs with large values or wildly different feature scales make the first layer's gradients huge "
+       "and training slow or unstable.",
+       """
+mean, std = x_train.mean(0), x_train.std(0) + 1e-8     # statistics of the TRAIN split only
+x_train, x_val = (x_train - mean) / std, (x_val - mean) / std
+# images: transforms.ToTensor() (0..1) + transforms.Normalize(mean, std)
+"""),
+    _e("loss-not-decreasing", "warning", "The training loss does not decrease",
+       "After many steps the loss is where it started: the model learns nothing. Common causes: inputs "
+       "and labels out of step (shuffled separately), a loss that does not fit the outputs, a wrong "
+       "learning rate.",
+       """
+x, y = next(iter(train_loader)); print(x[:4], y[:4])   # do inputs and labels belong together?
+perm = torch.randperm(len(x)); x, y = x[perm], y[perm]  # shuffle inputs and labels with ONE permutation
+# then: `torchwise check --overfit python train.py` (can the model fit one batch?)
+"""),
+    _e("val-augmentation", "error", "Random augmentation is applied to validation data",
+       "The same validation sample looks different on every pass, so validation metrics are noisy and "
+       "too low; validation data must be deterministic.",
+       """
+train_tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+val_tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), normalize])  # no random ops
+val_set = MyDataset(val_files, transform=val_tf)
+"""),
+    _e("train-val-overlap", "error", "Validation samples also appear in the training data",
+       "The model is scored on samples it trained on, so validation metrics are optimistic and "
+       "over-fitting goes unnoticed.",
+       """
+perm = torch.randperm(len(x))
+train_idx, val_idx = perm[:n_train], perm[n_train:]       # disjoint index sets
+# or: train_set, val_set = torch.utils.data.random_split(dataset, [n_train, n_val])
+"""),
+    _e("no-shuffle", "warning", "Training batches are not shuffled (they are sorted by label)",
+       "Batches that contain one class at a time make the model chase the current class; the loss "
+       "oscillates and the final model favours the last classes seen.",
+       """
+train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+# plain tensors: perm = torch.randperm(len(x)) each epoch and slice x[perm], y[perm]
+"""),
+    _e("sampler-epoch-not-set", "error", "DistributedSampler.set_epoch() is never called",
+       "Without set_epoch(epoch) the sampler shuffles with the same seed every epoch, so every epoch "
+       "sees the data in exactly the same order.",
+       """
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)       # before iterating the loader each epoch
+    for x, y in loader:
+        ...
+"""),
+    _e("dataloader-bottleneck", "warning", "Training waits for the data loader",
+       "Most of each step is spent producing the batch, so the model (and the GPU) sits idle.",
+       """
+loader = DataLoader(ds, batch_size=64, shuffle=True,
+                    num_workers=4, persistent_workers=True)   # load in parallel processes
+# and move expensive, fixed preprocessing out of __getitem__ (do it once, cache the result)
+"""),
+    _e("pin-memory-misuse", "warning", "pin_memory=True while training on the CPU",
+       "Pinned (page-locked) memory only speeds up copies to a GPU; on a CPU-only run it costs time "
+       "and locks RAM for nothing.",
+       """
+use_cuda = torch.cuda.is_available()
+loader = DataLoader(ds, batch_size=64, shuffle=True, pin_memory=use_cuda)
+"""),
+    _e("bn-small-batch", "warning", "BatchNorm trained with very small batches",
+       "BatchNorm estimates mean and variance from the batch; with a few samples these estimates are "
+       "noise, training is unstable and eval-mode results differ from training.",
+       """
+loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)   # larger batches
+# or replace BatchNorm with a batch-size-independent norm:
+nn.GroupNorm(num_groups=8, num_channels=c)      # conv nets;  nn.LayerNorm(d) for MLPs
+"""),
+    _e("label-imbalance", "warning", "Classes are heavily imbalanced and the loss is not weighted",
+       "With a class that is 10x rarer than another, the model can reach a low loss by ignoring it.",
+       """
+counts = torch.bincount(y_train, minlength=num_classes).float()
+criterion = nn.CrossEntropyLoss(weight=counts.sum() / (len(counts) * counts))
+# or sample balanced batches: WeightedRandomSampler(weights=1.0 / counts[y_train], num_samples=len(y_train))
+"""),
+    _e("cannot-overfit-batch", "warning", "The model cannot fit a single small batch",
+       "A working model/loss pair drives the loss on one small batch close to zero in a few hundred "
+       "steps; if it cannot, a long run will not help: look at the model, the loss and the labels first.",
+       """
+x, y = next(iter(train_loader))
+for _ in range(300):                       # the sanity check torchwise ran
+    optimizer.zero_grad(); loss = criterion(model(x), y); loss.backward(); optimizer.step()
+print(loss.item())                         # should be close to 0
+"""),
+]}
+
+
+@dataclass
+class Finding:
+    """One mistake found in one place, worded for a person."""
+
+    id: str
+    message: str                       # one sentence with the numbers
+    where: str | None = None           # "train.py:42" in the user's code
+    evidence: dict[str, Any] = field(default_factory=dict)
+    severity: str = ""
+    title: str = ""
+    fix: str = ""
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        entry = CATALOG[self.id]
+        self.severity = self.severity or entry.severity
+        self.title = self.title or entry.title
+        self.fix = self.fix or entry.fix
+        self.why = self.why or entry.why
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "severity": self.severity, "title": self.title, "message": self.message,
+                "where": self.where, "evidence": _jsonable(self.evidence), "why": self.why, "fix": self.fix}
+
+    def render(self) -> str:
+        lines = [f"[{self.severity}] {self.id}: {self.title}"]
+        if self.where:
+            lines.append(f"  at {self.where}")
+        lines.append(f"  {self.message}")
+        if self.evidence:
+            ev = ", ".join(f"{k}={_short(v)}" for k, v in self.evidence.items())
+            lines.append(f"  evidence: {ev}")
+        lines.append(f"  why it matters: {self.why}")
+        lines.append("  fix:")
+        lines.extend("      " + line for line in self.fix.splitlines())
+        return "\n".join(lines)
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        items = [_short(x) for x in list(v)[:8]]
+        return "[" + ", ".join(items) + (", ..." if len(v) > 8 else "") + "]"
+    return str(v)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float):
+        return v if v == v and abs(v) != float("inf") else str(v)
+    if isinstance(v, (int, str, bool)) or v is None:
+        return v
+    return str(v)

@@ -1,0 +1,193 @@
+"""Data checks: validation augmentation, train/val overlap, shuffling, samplers, loader speed and
+settings, batch sizes under BatchNorm, input scale."""
+from __future__ import annotations
+
+import random
+import statistics
+
+import torch
+
+from torchwise.diagnose.catalog import Finding
+
+
+def _rng_state():
+    import numpy as np
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _set_rng_state(state) -> None:
+    import numpy as np
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        import numpy as np
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+        if hasattr(a, "tobytes") and hasattr(b, "tobytes"):  # PIL images
+            return a.tobytes() == b.tobytes()
+        return bool(a == b)
+    except Exception:
+        return True
+
+
+def check_val_augmentation(w, info) -> None:
+    """Read the same validation samples twice: a deterministic dataset returns identical items."""
+    ds = getattr(info.loader, "dataset", None)
+    if ds is None or id(ds) in w.val_aug_checked:
+        return
+    w.val_aug_checked.add(id(ds))
+    try:
+        n = len(ds)
+    except TypeError:
+        return
+    if n == 0:
+        return
+    state = _rng_state()
+    differs = 0
+    try:
+        for i in sorted({0, n // 2, n - 1}):
+            if not _same(ds[i], ds[i]):
+                differs += 1
+    except Exception:
+        return
+    finally:
+        _set_rng_state(state)
+    if differs:
+        w.hits["val-augmentation"] = w.hits.get("val-augmentation", 0) + 1
+        w.hit_where.setdefault("val-augmentation", info.site)
+        w.hit_info["val-augmentation"] = {"samples_checked": len({0, n // 2, n - 1}), "samples_that_changed": differs,
+                                          "dataset": type(ds).__name__}
+
+
+def decide(w) -> list[Finding]:
+    out: list[Finding] = []
+    h = w.hits
+    if h.get("val-augmentation"):
+        info = w.hit_info["val-augmentation"]
+        out.append(Finding("val-augmentation", where=w.hit_where.get("val-augmentation"),
+                           message=f"Reading the same validation sample twice gives different data "
+                                   f"({info['samples_that_changed']} of {info['samples_checked']} samples of the "
+                                   f"{info['dataset']} used for evaluation changed between two reads).",
+                           evidence=info))
+    out.extend(_overlap(w))
+    out.extend(_shuffle(w))
+    for sid, recs in w.sampler_epochs.items():
+        if len(recs) >= 2 and recs[0]["shuffle"] and len({r["epoch"] for r in recs}) == 1:
+            out.append(Finding("sampler-epoch-not-set", where=recs[0]["site"],
+                               message=f"The DistributedSampler was iterated {len(recs)} times and its epoch was "
+                                       f"{recs[0]['epoch']} every time: each epoch used the same order.",
+                               evidence={"passes": len(recs), "epoch": recs[0]["epoch"]}))
+            break
+    out.extend(_loader_speed(w))
+    out.extend(_pin_memory(w))
+    bn = w.bn_batches
+    if len(bn) >= 3:
+        med = statistics.median(bn)
+        if med < 8:
+            out.append(Finding("bn-small-batch", where=_train_loader_site(w) or w.bn_where,
+                               message=f"BatchNorm layers were trained on batches of {int(med)} samples (median of "
+                                       f"{len(bn)} training forward passes; smallest {min(bn)}).",
+                               evidence={"median_batch": med, "smallest_batch": min(bn), "forwards": len(bn)}))
+    st = w.input_stats
+    if st["n"] >= 2:
+        reason = None
+        if st["max_abs_mean"] > 20 or st["max_std"] > 30:
+            reason = (f"the inputs have mean up to {st['max_abs_mean']:.4g} and standard deviation up to "
+                      f"{st['max_std']:.4g} (max |x| = {st['max_abs']:.4g}); normalized inputs have mean ~0 and std ~1")
+        elif st["scale_ratio"] > 1e3 and st.get("max_feature_std", 0) > 10:
+            reason = (f"the input features have standard deviations that differ by a factor of "
+                      f"{st['scale_ratio']:.3g} (largest {st['max_feature_std']:.4g})")
+        if reason:
+            out.append(Finding("unnormalized-input", where=st["where"], message=f"In {st['n']} checked batches {reason}.",
+                               evidence={"max_abs_mean": st["max_abs_mean"], "max_std": st["max_std"],
+                                         "feature_scale_ratio": st["scale_ratio"]}))
+    return out
+
+
+def _train_loader_site(w) -> str | None:
+    for p in w.passes:
+        if p.steps > 0:
+            return p.site
+    return None
+
+
+def _overlap(w) -> list[Finding]:
+    if not w.train_hashes or not w.eval_groups:
+        return []
+    fulls, partials, nones = [], [], []
+    for g in w.eval_groups:
+        hs = g["hashes"]
+        if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation
+            continue
+        hit = sum(x in w.train_hashes for x in hs)
+        frac = hit / len(hs)
+        (fulls if frac >= 0.9 else partials if (frac > 0.02 and hit >= 5) else nones).append((g, hit, len(hs)))
+    bad = partials or (fulls if not nones else [])
+    if not bad:
+        return []
+    g, hit, n = bad[0]
+    return [Finding("train-val-overlap", where=g["where"],
+                    message=f"{hit} of {n} samples evaluated here ({hit / n:.0%}) are identical to samples the model "
+                            "was trained on.",
+                    evidence={"overlapping": hit, "evaluated": n, "evaluations": len(w.eval_groups)})]
+
+
+def _shuffle(w) -> list[Finding]:
+    c = w.cls
+    n = c.get("batches_multi", 0)
+    if n >= 10 and c["counts"] is not None and int((c["counts"] > 0).sum()) >= 2 and c["single"] >= 0.5 * n:
+        from torch.utils.data import SequentialSampler
+        site = None
+        for p in w.passes:
+            if p.steps > 0 and isinstance(getattr(p.loader, "sampler", None), SequentialSampler):
+                site = p.site
+                break
+        return [Finding("no-shuffle", where=site or c["where"],
+                        message=f"{c['single']} of {n} training batches contain a single class: the data is "
+                                f"ordered by label and not shuffled"
+                                f"{' (the DataLoader uses shuffle=False)' if site else ''}.",
+                        evidence={"single_class_batches": c["single"], "batches": n})]
+    return []
+
+
+def _loader_speed(w) -> list[Finding]:
+    for p in w.passes:
+        if p.steps < 3 or len(p.waits) < 5:
+            continue
+        waits, gaps = p.waits[2:], p.gaps[2:]
+        if not gaps:
+            continue
+        med_wait = statistics.median(waits)
+        frac = sum(waits) / max(sum(gaps), 1e-9)
+        if med_wait > 0.010 and frac > 0.5:
+            nw = getattr(p.loader, "num_workers", None)
+            return [Finding("dataloader-bottleneck", where=p.site,
+                            message=f"{frac:.0%} of each training step is spent waiting for the next batch "
+                                    f"({med_wait * 1000:.1f} ms median per batch; num_workers={nw}).",
+                            evidence={"wait_fraction": frac, "median_wait_ms": med_wait * 1000, "num_workers": nw})]
+    return []
+
+
+def _pin_memory(w) -> list[Finding]:
+    if not w.roots:
+        return []
+    on_cpu = all(next(r.module.parameters()).device.type == "cpu" for r in w.roots.values())
+    if not on_cpu:
+        return []
+    for p in w.passes:
+        if getattr(p.loader, "pin_memory", False):
+            return [Finding("pin-memory-misuse", where=p.site,
+                            message="A DataLoader has pin_memory=True, but the model trains on the CPU "
+                                    f"(its parameters are on {next(next(iter(w.roots.values())).module.parameters()).device}).",
+                            evidence={"pin_memory": True, "model_device": "cpu"})]
+    return []

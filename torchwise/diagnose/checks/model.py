@@ -1,0 +1,149 @@
+"""Model-level checks: train/eval modes, registration, gradient flow, activations, NaNs, the loss curve."""
+from __future__ import annotations
+
+import gc
+import math
+
+from torchwise.diagnose.catalog import Finding
+
+
+def _container_of(root_module, module) -> str | None:
+    """Name of the plain list/dict/tuple attribute of the root (or a submodule) that holds `module`."""
+    for owner_name, owner in root_module.named_modules():
+        for attr, value in vars(owner).items():
+            items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+            try:
+                if any(v is module for v in items):
+                    prefix = f"{owner_name}." if owner_name else ""
+                    return f"self.{prefix}{attr} ({type(value).__name__})" if not owner_name else f"{prefix}{attr} ({type(value).__name__})"
+            except TypeError:
+                continue
+    return None
+
+
+def decide(w, ls: dict) -> list[Finding]:
+    from torchwise.diagnose.watch import where_defined
+    out: list[Finding] = []
+    h = w.hits
+    if h.get("eval-mode-missing"):
+        info = w.hit_info.get("eval-mode-missing", {})
+        out.append(Finding("eval-mode-missing", where=w.hit_where.get("eval-mode-missing"),
+                           message=f"{h['eval-mode-missing']} evaluation forward pass(es) (no gradients, or a loader pass "
+                                   f"without optimizer steps) ran with the model in training mode, and the model has "
+                                   f"Dropout/BatchNorm layers.",
+                           evidence={"eval_forwards_in_train_mode": h["eval-mode-missing"]} | info))
+    if h.get("train-mode-missing"):
+        out.append(Finding("train-mode-missing", where=w.hit_where.get("train-mode-missing"),
+                           message=f"{h['train-mode-missing']} optimizer step(s) followed forward passes made in eval mode "
+                                   "(model.training == False) by a model with Dropout/BatchNorm layers.",
+                           evidence={"steps_trained_in_eval_mode": h["train-mode-missing"], "steps": w.steps}))
+    # unregistered sub-modules
+    unreg_param_ids = set()
+    by_root: dict[int, list] = {}
+    for rec in w.unregistered.values():
+        by_root.setdefault(id(rec["root"]), []).append(rec)
+    for recs in by_root.values():
+        root = recs[0]["root"]
+        holder = None
+        for rec in recs:
+            holder = holder or _container_of(root.module, rec["ref"])
+            unreg_param_ids.update(id(p) for p in rec["ref"].parameters())
+        n_params = sum(r["n_params"] for r in recs)
+        kinds = sorted({r["module"] for r in recs})
+        out.append(Finding("unregistered-submodules", where=where_defined(type(root.module)),
+                           message=f"{root.label}.forward calls {len(recs)} layer(s) ({', '.join(kinds)}; "
+                                   f"{n_params} parameters) that are not registered sub-modules"
+                                   f"{' - they are held in ' + holder if holder else ''}; model.parameters() does not "
+                                   "contain them, so they are never trained.",
+                           evidence={"layers": len(recs), "parameters": n_params, "held_in": holder}))
+    # parameters with a gradient but in no optimizer
+    missing = {pid: v for pid, v in w.not_in_opt.items() if pid not in w._opt_param_ids and pid not in unreg_param_ids}
+    if missing and w.optimizers:
+        names = [v[0] for v in missing.values()]
+        out.append(Finding("params-not-in-optimizer", where=w.step_where,
+                           message=f"{len(names)} parameter tensor(s) get gradients but are in no optimizer, so they are "
+                                   f"never updated: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}.",
+                           evidence={"parameters": names[:20], "count": len(names)}))
+    # no gradient flow
+    ev = [e for e in w.no_grad_events if e["step"] >= 0]
+    if len(ev) >= 2:
+        all_missing = [e for e in ev if e["missing"] == e["total"] and e["backward_since_step"] > 0]
+        partial = [e for e in ev if 0 < e["missing"] < e["total"]]
+        if len(all_missing) >= 0.8 * len(ev):
+            out.append(Finding("no-gradient-flow", where=w.step_where,
+                               message=f"At {len(all_missing)} of {len(ev)} checked steps, optimizer.step() found no "
+                                       "gradient on any parameter although backward() ran: the gradients were cleared "
+                                       "between backward() and step(), or the loss is cut from the model.",
+                               evidence={"steps_without_gradients": len(all_missing), "steps_checked": len(ev)}))
+        elif len(partial) >= 0.8 * len(ev):
+            owned = {pid for info in w.roots.values() for pid in info.param_names}
+            ids = set.intersection(*(e["ids"] for e in partial)) & owned  # not: params left behind by a replaced layer
+            names = []
+            for info in w.roots.values():
+                names += [info.label + "." + n for pid, n in info.param_names.items() if pid in ids]
+            if ids:
+                out.append(Finding("no-gradient-flow", where=w.step_where,
+                                   message=f"{len(ids)} of {partial[-1]['total']} parameter tensors never receive a "
+                                           f"gradient ({len(partial)} checked steps): "
+                                           f"{', '.join(names[:6]) or 'unnamed'}{' ...' if len(names) > 6 else ''}. "
+                                           "The graph is cut before them (.detach(), .item(), .numpy(), .data, "
+                                           "torch.tensor(...)) or they are unused.",
+                                   evidence={"parameters": names[:20], "count": len(ids)}))
+    # retained graphs: loss tensors still alive several steps after their backward
+    gc.collect()
+    alive = [s for s, ref in w._bw_refs if s <= w.steps - 3 and ref() is not None and ref().grad_fn is not None]
+    if len(alive) >= 3 and not h.get("loss-retains-graph"):
+        w._hit("loss-retains-graph", where=w.backward_where, info={"how": "kept alive"})
+        h["loss-retains-graph"] = len(alive)
+    if h.get("loss-retains-graph"):
+        how = w.hit_info.get("loss-retains-graph", {}).get("how")
+        msg = ("Loss tensors that already went through backward() are added into a running total that requires "
+               "grad, so every step's graph stays in memory." if how != "kept alive" else
+               f"{len(alive)} loss tensors from earlier steps are still alive with their graphs (stored in a list "
+               "or an attribute).")
+        out.append(Finding("loss-retains-graph", where=w.hit_where.get("loss-retains-graph"), message=msg,
+                           evidence={"occurrences": h["loss-retains-graph"]}))
+    # dead relu
+    for key, rec in w.relu.items():
+        fr = rec["fractions"]
+        if len(fr) >= 3 and rec["units"] >= 8 and min(fr[-3:]) >= 0.5 and sum(f >= 0.5 for f in fr) >= 0.5 * len(fr):
+            out.append(Finding("dead-relu", where=rec["where"],
+                               message=f"{fr[-1]:.0%} of the {rec['units']} units of {rec['label']} output 0 for every "
+                                       f"sample of the batch (last {min(3, len(fr))} checks; {len(fr)} checked).",
+                               evidence={"dead_fraction": fr[-1], "units": rec["units"], "checks": len(fr)}))
+            break
+    # non-finite values
+    ni = w.nonfinite_input
+    if ni is not None and (ls["first_bad"] is None or ni["step"] <= (ls["first_bad_step"] or 0)):
+        out.append(Finding("nonfinite-input", where=ni["where"],
+                           message=f"A training batch's {ni['what']} contain {ni['n_nonfinite']} NaN/inf value(s) out of "
+                                   f"{ni['numel']} (step {ni['step']}).",
+                           evidence={"nonfinite_values": ni["n_nonfinite"], "values": ni["numel"], "step": ni["step"],
+                                     "in": ni["what"]}))
+    elif ls["first_bad"] is not None and not getattr(w, "_lr_flags", {}).get("high") \
+            and not getattr(w, "_lr_flags", {}).get("exploding"):
+        c = w.nonfinite_culprit
+        if c is not None and c["params_finite"]:
+            culprit = f"The first module whose output went non-finite is {c['module']} (step {c['step']}; its inputs " \
+                      f"and weights were finite; {c['n_nonfinite']} of {c['numel']} values)."
+            where = c["where"]
+        elif c is not None:
+            culprit = f"{c['module']} was the first module with a non-finite output, but its weights were already " \
+                      "non-finite: an earlier update wrote NaN/inf into them."
+            where = c["where"]
+        else:
+            culprit = "All module outputs were finite: the loss computation itself produced it (log of 0, division by 0)."
+            where = w.backward_where
+        out.append(Finding("nonfinite-loss", where=where,
+                           message=f"The loss is NaN/inf from step {ls['first_bad_step']} on. {culprit}",
+                           evidence={"first_nonfinite_step": ls["first_bad_step"],
+                                     "culprit": c["module"] if c else "loss computation"}))
+    # the loss does not go down
+    flags = getattr(w, "_lr_flags", {})
+    if ls.get("first") is not None and ls["n"] >= 30 and ls["first_bad"] is None and not any(flags.values()) \
+            and ls["last"] > 0.97 * ls["first"] and ls["first"] > 1e-3:
+        out.append(Finding("loss-not-decreasing", where=w.backward_where,
+                           message=f"Over {ls['n']} loss values the training loss went from {ls['first']:.4g} (first "
+                                   f"10%) to {ls['last']:.4g} (last 25%).",
+                           evidence={"loss_first": ls["first"], "loss_last": ls["last"], "values": ls["n"]}))
+    return out

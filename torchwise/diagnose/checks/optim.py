@@ -1,0 +1,168 @@
+"""Optimizer-level checks (deep steps): gradients, update sizes, parameters the optimizer misses."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torchwise.diagnose.catalog import Finding
+
+_SNAP_LIMIT = 20_000_000  # elements copied to measure the update size; larger models: the biggest tensors
+
+
+def _params(opt) -> list[torch.Tensor]:
+    return [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+
+
+def inspect_step_pre(w, opt) -> None:
+    params = _params(opt)
+    if not params:
+        return
+    with_grad = [p for p in params if p.grad is not None]
+    missing = [p for p in params if p.grad is None]
+    if missing:
+        w.no_grad_events.append({"step": w.steps, "missing": len(missing), "total": len(params),
+                                 "ids": {id(p) for p in missing},
+                                 "backward_since_step": w._backward_since_step})
+    else:
+        w.no_grad_events.append({"step": w.steps, "missing": 0, "total": len(params), "ids": set(),
+                                 "backward_since_step": w._backward_since_step})
+    # parameters of the watched models that got a gradient but are in no optimizer
+    for info in w.roots.values():
+        for name, p in info.module.named_parameters():
+            if p.requires_grad and p.grad is not None and id(p) not in w._opt_param_ids:
+                w.not_in_opt.setdefault(id(p), (info.label + "." + name, w.step_where))
+    if with_grad:
+        grads = [p.grad for p in with_grad]
+        gn = torch.stack(torch._foreach_norm(grads)).float()
+        wn = torch.stack(torch._foreach_norm([p.detach() for p in with_grad])).float()
+        stats = torch.stack([gn.norm(), gn.max()]).tolist()
+        total, gmax = stats
+        # zero-initialised tensors (a common choice for last layers) have no meaningful ratio yet
+        mats = [i for i, p in enumerate(with_grad) if p.dim() >= 2 and float(wn[i]) > 1e-6]
+        rel = (gn / wn.clamp_min(1e-12))
+        rec = {"step": w.steps, "total_norm": total, "finite": math.isfinite(total)}
+        if mats:
+            relm = rel[mats]
+            vals = torch.stack([relm.max(), relm[0], relm[-1]]).tolist()
+            rec.update(max_rel=vals[0], first_rel=vals[1], last_rel=vals[2], n_mats=len(mats))
+        w.grad_records.append(rec)
+        # a few parameters that have a gradient now: after step() they must be cleared before the next backward
+        order = sorted(range(len(with_grad)), key=lambda i: -float(gn[i]) if math.isfinite(float(gn[i])) else 0)
+        w._zero_sample = [with_grad[i] for i in order[:3] if float(gn[i]) > 0]
+    # snapshot for the update size
+    budget, snap = _SNAP_LIMIT, []
+    moving = [p for i, p in enumerate(with_grad) if float(gn[i]) > 0] if with_grad else []
+    for p in sorted(moving, key=lambda t: -t.numel()):
+        if p.numel() <= budget:
+            snap.append((p, p.detach().clone()))
+            budget -= p.numel()
+    w._snap = snap
+
+
+def inspect_step_post(w, opt) -> None:
+    snap = w._snap
+    if not snap:
+        return
+    with torch.no_grad():
+        new = [p.detach() for p, _ in snap]
+        old = [o for _, o in snap]
+        diff = torch._foreach_sub(new, old)
+        dn = torch.stack(torch._foreach_norm(diff)).float().norm()
+        on = torch.stack(torch._foreach_norm(old)).float().norm()
+        ratio = float(dn / on.clamp_min(1e-12))
+    w.update_ratios.append((w.steps, ratio))
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
+
+
+def loss_summary(w) -> dict:
+    vals = w.loss_values()
+    finite = [v for v in vals if math.isfinite(v)]
+    first_bad = next((i for i, v in enumerate(vals) if not math.isfinite(v)), None)
+    head = vals[:first_bad] if first_bad is not None else vals
+    s = {"n": len(vals), "first_bad": first_bad, "first_bad_step": w.loss_steps[first_bad] if first_bad is not None else None}
+    if len(head) >= 10:
+        s["initial"] = sorted(head[:3])[1]
+        k = max(3, len(head) // 10)
+        s["first"] = sum(head[:k]) / k
+        tail = head[-max(3, len(head) // 4):]
+        s["last"] = sum(tail) / len(tail)
+        s["max"] = max(head)
+    s["finite"] = finite
+    return s
+
+
+def decide(w, ls: dict) -> list[Finding]:
+    out: list[Finding] = []
+    h = w.hits
+    checks = h.get("zero-grad-checks", 0)
+    stale = h.get("missing-zero-grad", 0)
+    if stale >= 2 and stale >= 0.8 * checks:
+        out.append(Finding("missing-zero-grad", where=w.hit_where.get("missing-zero-grad"),
+                           message=f"At {stale} of {checks} checked steps, backward() started while the gradients "
+                                   "of the previous optimizer step were still there (never zeroed).",
+                           evidence={"steps_with_stale_gradients": stale, "steps_checked": checks}))
+    ratios = [r for _, r in w.update_ratios if math.isfinite(r)]
+    med = _median(ratios) if ratios else None
+    early = ratios[: max(1, len(ratios) // 3)]
+    early_med = _median(early) if early else None
+    diverged = False
+    if ls.get("first") is not None and ls["last"] > 1.5 * ls["initial"]:
+        diverged = True
+    went_bad = ls["first_bad"] is not None and ls["first_bad"] >= 3 and ls.get("max") is not None \
+        and ls.get("first") is not None and ls["max"] > 3 * ls["first"]
+    lr_high = False
+    if med is not None and (early_med > 1.0 or ((diverged or went_bad) and early_med > 0.01)):
+        lr_high = True
+        lrs = sorted({g["lr"] for o in w.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
+        desc = (f"the loss went from {ls['initial']:.4g} (first step) to {ls['last']:.4g} (mean of the last quarter)"
+                if ls.get("last") is not None and not went_bad
+                else f"the loss rose to {ls.get('max', float('nan')):.4g} and became non-finite at step {ls['first_bad_step']}")
+        out.append(Finding("lr-too-high", where=w.step_where,
+                           message=f"Each optimizer step changes the weights by {early_med:.2%} of their size "
+                                   f"(median, early steps), and {desc}. Learning rate: {lrs}.",
+                           evidence={"update_to_weight_ratio": early_med, "lr": lrs, "loss_first": ls.get("first"),
+                                     "loss_last": ls.get("last")}))
+    lr_low = False
+    if med is not None and med < 1e-4 and len(ratios) >= 3 and ls.get("first") is not None \
+            and ls["last"] > 0.98 * ls["first"]:
+        lr_low = True
+        lrs = sorted({g["lr"] for o in w.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
+        out.append(Finding("lr-too-low", where=w.step_where,
+                           message=f"Each optimizer step changes the weights by only {med:.2e} of their size (median over "
+                                   f"{len(ratios)} steps) and the loss stays at {ls['first']:.4g} -> {ls['last']:.4g}. "
+                                   f"Learning rate: {lrs}.",
+                           evidence={"update_to_weight_ratio": med, "lr": lrs}))
+    bad_step = ls["first_bad_step"]
+    recs = [r for r in w.grad_records if "max_rel" in r and (bad_step is None or r["step"] < bad_step)
+            and math.isfinite(r["max_rel"])]
+    exploding = False
+    if recs:
+        med_rel = _median([r["max_rel"] for r in recs])
+        peak = max(r["max_rel"] for r in recs)
+        maxrel = med_rel if med_rel > 50 else peak
+        nonfinite_grads = sum(not r["finite"] for r in w.grad_records)
+        if (med_rel > 50 or peak > 1e3 or (nonfinite_grads and bad_step is None)) and not lr_high:
+            exploding = True
+            out.append(Finding("exploding-gradients", where=w.step_where,
+                               message=f"Gradient norms reach {maxrel:.3g}x the norm of their weights ("
+                                       f"{'median' if med_rel > 50 else 'peak'} over {len(recs)} checked steps; healthy "
+                                       f"is well below 1); total gradient norm up to "
+                                       f"{max(r['total_norm'] for r in recs):.3g}.",
+                               evidence={"grad_to_weight_ratio": maxrel, "steps_checked": len(recs),
+                                         "nonfinite_gradient_steps": nonfinite_grads}))
+        deep = [r for r in recs if r.get("n_mats", 0) >= 4 and r["last_rel"] > 0 and math.isfinite(r["first_rel"])]
+        if len(deep) >= 3:
+            q = _median([r["first_rel"] / r["last_rel"] for r in deep])
+            if q < 1e-3:
+                out.append(Finding("vanishing-gradients", where=w.step_where,
+                                   message=f"Relative to their weights, the first layer's gradients are {q:.2e} times "
+                                           f"those of the last layer (median over {len(deep)} steps, "
+                                           f"{deep[0]['n_mats']} weight matrices).",
+                                   evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
+    w._lr_flags = {"high": lr_high, "low": lr_low, "exploding": exploding}
+    return out

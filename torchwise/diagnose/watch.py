@@ -1,0 +1,886 @@
+"""Watch a training run and find its silent mistakes, using PyTorch's own hooks.
+
+One implementation serves three doors:
+
+* `torchwise check script.py` runs an unmodified script under a `Watcher` in *global* mode:
+  global module forward (pre-)hooks, global optimizer step pre/post hooks, a TorchFunctionMode
+  that sees functional losses (F.cross_entropy, ...), relu and loss bookkeeping, a patched
+  `torch.autograd.backward` (which `Tensor.backward` calls) and patched `DataLoader.__init__` /
+  `__iter__`. Nothing is known in advance: models are found as the top-level modules with
+  parameters that get called, optimizers at their first step, loaders when iterated.
+* `torchwise.watch(model=None, optimizer=None)` is a context manager around a user's own loop
+  (global mode, or local hooks on the given model/optimizer).
+* The Trainer attaches a Watcher to its own model/optimizer with local hooks and tells it what it
+  already knows (phase, loss, batches), at a cost of a few percent per step.
+
+Cost model. Cheap observations run every step (a local forward pre-hook on each model, the
+optimizer step hooks, a detached copy of the loss). Expensive ones (per-module hooks, loss
+inspection, gradient/weight norms, parameter snapshots for the update size) run only in *deep*
+steps: the first `deep_first` optimizer steps and then every `deep_every`-th step.
+
+API for the Trainer (and anyone driving the loop themselves)::
+
+    w = Watcher(deep_every=50, deep_first=5)     # check_mode=False: no script-only machinery
+    w.attach(model, optimizer)                   # local hooks only; call once, before training
+    w.attach_loaders(train=train_loader, val=val_loader)   # optional: enables the loader checks
+    w.phase("train")  /  w.phase("eval")         # what the loop is doing now
+    with w.loss_scope():                         # around the loss computation only:
+        loss = loss_fn(outputs, targets)         #   sees F.cross_entropy & co. with their inputs
+    w.observe_backward(loss)                     # just before loss.backward()
+    ...optimizer.step()  # the step hooks do the rest
+    w.observe_batch(inputs, targets, train=True) # optional: batches the Watcher cannot see itself
+    findings = w.findings()                      # list[catalog.Finding]; cheap to call repeatedly
+    w.detach()                                   # removes every hook; the Watcher stays readable
+
+`Finding.to_dict()` gives {"id", "severity", "title", "message", "where", "evidence", "why",
+"fix"}; `w.report()` the whole JSON report; `w.render()` the text a person reads.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import sys
+import sysconfig
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+
+from torchwise.diagnose.catalog import Finding
+
+
+class StopScript(BaseException):
+    """Raised from an optimizer step hook to stop a checked script once enough is known.
+
+    A BaseException, so that the script's own `except Exception:` blocks do not swallow it.
+    """
+
+
+# --------------------------------------------------------------------------- user frames
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = {os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            dirs.add(sysconfig.get_paths()[key])
+        except KeyError:
+            pass
+    for p in sys.path:
+        if p.endswith(("site-packages", "dist-packages")):
+            dirs.add(p)
+    return tuple(sorted(os.path.realpath(d) + os.sep for d in dirs if d))
+
+
+_LIB_DIRS = _library_dirs()
+_USER_CACHE: dict[str, bool] = {}
+
+
+def _is_user_file(filename: str) -> bool:
+    hit = _USER_CACHE.get(filename)
+    if hit is None:
+        if filename.startswith("<"):
+            hit = False
+        else:
+            real = os.path.realpath(filename)
+            hit = not real.startswith(_LIB_DIRS)
+        _USER_CACHE[filename] = hit
+    return hit
+
+
+def _show_path(filename: str) -> str:
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def user_where(skip: int = 1) -> str | None:
+    """'file.py:LINE' of the innermost frame that belongs to the user's code (not torch, not us)."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        if _is_user_file(frame.f_code.co_filename):
+            return f"{_show_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def where_defined(obj: Any) -> str | None:
+    """'file.py:LINE' where a class or function is defined, if it is user code."""
+    try:
+        target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
+        filename = inspect.getsourcefile(target)
+        if filename is None or not _is_user_file(filename):
+            return None
+        _, line = inspect.getsourcelines(target)
+        return f"{_show_path(filename)}:{line}"
+    except (OSError, TypeError):
+        return None
+
+
+# --------------------------------------------------------------------------- records
+
+_MODE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+
+
+@dataclass
+class RootInfo:
+    """A top-level model (a module with parameters called from outside any other module)."""
+
+    module: nn.Module
+    label: str
+    module_ids: set[int]
+    names: dict[int, str]             # id(submodule) -> qualified name
+    param_names: dict[int, str]       # id(param) -> qualified name
+    has_mode_layers: bool
+    handles: list = field(default_factory=list)
+    n_forward: int = 0
+    where_forward: str | None = None
+
+
+@dataclass
+class PassInfo:
+    """One iteration over a DataLoader (normally one epoch or one validation run)."""
+
+    loader: Any
+    index: int
+    site: str | None
+    n_batches: int = 0
+    steps: int = 0
+    fwd_train_mode: int = 0
+    fwd_eval_mode: int = 0
+    fwd_no_grad: int = 0
+    where_train_mode_fwd: str | None = None
+    waits: list = field(default_factory=list)
+    gaps: list = field(default_factory=list)
+    last_return: float | None = None
+    ended: bool = False
+    closed: bool = False
+
+    @property
+    def is_eval(self) -> bool:
+        return self.n_batches > 0 and self.steps == 0 and (self.fwd_train_mode + self.fwd_eval_mode) > 0
+
+
+_LOSS_KINDS = {
+    F.cross_entropy: "ce", F.nll_loss: "nll",
+    F.binary_cross_entropy_with_logits: "bcelogits", F.binary_cross_entropy: "bce",
+    F.mse_loss: "reg", F.l1_loss: "reg", F.smooth_l1_loss: "reg", F.huber_loss: "reg",
+}
+_RELU_FUNCS = {F.relu, torch.relu, torch.Tensor.relu}
+_ACCUM_NAMES = {"add", "add_", "__add__", "__radd__", "__iadd__", "sum", "stack", "cat"}
+
+
+class _Mode(TorchFunctionMode):
+    """Sees functional calls (losses, relu, accumulation of loss tensors) in deep steps."""
+
+    def __init__(self, watcher: "Watcher"):
+        super().__init__()
+        self.w = watcher
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        w = self.w
+        if not (w._deep or w._loss_scope):
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        try:
+            kind = _LOSS_KINDS.get(func)
+            if kind is not None and len(args) >= 2:
+                w._on_loss(kind, func, args[0], args[1], kwargs, out)
+            elif func in _RELU_FUNCS and w._deep:
+                w._on_relu_func(args[0] if args else None, out)
+            elif w._bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
+                w._on_accumulate(args, out)
+        except Exception:  # a checker must never break the user's program
+            pass
+        return out
+
+
+class _PassIter:
+    """Wraps a DataLoader iterator: times each batch and marks the current pass."""
+
+    def __init__(self, it: Iterator, info: PassInfo, watcher: "Watcher"):
+        self._it = it
+        self._info = info
+        self._w = watcher
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._it)
+
+    def __getattr__(self, name):
+        return getattr(self._it, name)
+
+    def __next__(self):
+        info = self._info
+        t0 = time.perf_counter()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            info.ended = True
+            self._w._end_pass(info)
+            raise
+        t1 = time.perf_counter()
+        if info.last_return is not None:
+            info.gaps.append(t1 - info.last_return)
+            info.waits.append(t1 - t0)
+        info.last_return = t1
+        info.n_batches += 1
+        self._w._cur_pass = info
+        return batch
+
+
+# --------------------------------------------------------------------------- the watcher
+
+class Watcher:
+    """Collects evidence from a training run and turns it into findings (see the module doc)."""
+
+    def __init__(self, *, check_mode: bool = False, max_steps: int | None = None,
+                 deep_first: int | None = None, deep_every: int | None = None,
+                 hash_rows: bool | None = None):
+        self.check_mode = check_mode
+        self.max_steps = max_steps or None
+        self.deep_first = deep_first if deep_first is not None else (100 if check_mode else 5)
+        self.deep_every = deep_every if deep_every is not None else (5 if check_mode else 50)
+        self.hash_rows = check_mode if hash_rows is None else hash_rows
+        self.steps = 0
+        self.backwards = 0
+        self._deep = True
+        self._loss_scope = False
+        self._attached = False
+        self._global = False
+        self._handles: list = []
+        self._deep_handles: list = []
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._mode: _Mode | None = None
+        self._stack: list[nn.Module] = []
+        self.roots: dict[int, RootInfo] = {}
+        self._not_roots: set[int] = set()
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self._opt_param_ids: set[int] = set()
+        self._local_opts: set[int] = set()
+        self.step_where: str | None = None
+        self.backward_where: str | None = None
+        # loss values and per-step evidence
+        self.losses: list[torch.Tensor] = []
+        self.loss_steps: list[int] = []
+        self.loss_where: dict[str, str | None] = {}
+        self.cls: dict[str, Any] = {"counts": None, "n": 0, "batches": 0, "single": 0, "weighted": False,
+                                    "where": None, "C": None}
+        self.bin: dict[str, Any] = {"pos": 0, "neg": 0, "weighted": False, "where": None}
+        self.hits: dict[str, int] = {}
+        self.hit_where: dict[str, str | None] = {}
+        self.hit_info: dict[str, dict] = {}
+        # optimizer-level evidence (deep steps)
+        self.grad_records: list[dict] = []
+        self.update_ratios: list[tuple[int, float]] = []
+        self._snap: list | None = None
+        self._zero_sample: list = []
+        self._stepped_since_backward = False
+        self._backward_since_step = 0
+        self.not_in_opt: dict[int, tuple[str, str]] = {}
+        self.no_grad_events: list[dict] = []
+        # modules
+        self.unregistered: dict[int, dict] = {}
+        self.relu: dict[Any, dict] = {}
+        self.bn_batches: list[int] = []
+        self.bn_where: str | None = None
+        self.nonfinite_culprit: dict | None = None
+        self.nonfinite_input: dict | None = None
+        self.first_nonfinite_loss_step: int | None = None
+        self.input_stats: dict[str, Any] = {"n": 0, "max_abs_mean": 0.0, "max_std": 0.0, "scale_ratio": 0.0,
+                                            "where": None, "max_abs": 0.0}
+        self._pending_evalmode_train: str | None = None
+        # retention
+        self._bw_ids: dict[int, weakref.ref] = {}
+        self._bw_refs: list[tuple[int, weakref.ref]] = []
+        # phases and data
+        self._phase: str | None = None
+        self.passes: list[PassInfo] = []
+        self._cur_pass: PassInfo | None = None
+        self.loader_sites: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
+        self.sampler_epochs: dict[int, list] = {}
+        self.eval_seen = False
+        self._after_epoch = False
+        self._eval_since_epoch = False
+        self.epoch_without_eval = False
+        self.train_hashes: set[int] = set()
+        self.eval_groups: list[dict] = []
+        self._eval_group_open = False
+        self.val_aug_checked: set[int] = set()
+        self.overfit_capture: dict | None = None
+        self.capture_overfit = False
+        self._findings: list[Finding] | None = None
+
+    # ------------------------------------------------------------------ attach / detach
+
+    def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+               *, global_hooks: bool | None = None) -> "Watcher":
+        """Start watching. With no model, or global_hooks=True, every model/optimizer/loader in the
+        process is watched (what `torchwise check` does); otherwise only the given ones."""
+        if self._attached:
+            return self
+        self._attached = True
+        self._global = (model is None) if global_hooks is None else global_hooks
+        if model is not None:
+            self._add_root(model)
+        if optimizer is not None:
+            self._add_optimizer(optimizer)
+            if not self._global:
+                self._handles.append(optimizer.register_step_pre_hook(self._on_step_pre))
+                self._handles.append(optimizer.register_step_post_hook(self._on_step_post))
+                self._local_opts.add(id(optimizer))
+        if self._global:
+            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+            self._handles.append(register_optimizer_step_pre_hook(self._on_step_pre))
+            self._handles.append(register_optimizer_step_post_hook(self._on_step_post))
+            self._patch_backward()
+            self._patch_dataloader()
+            self._mode = _Mode(self)
+            self._mode.__enter__()
+        self._set_deep(True)
+        return self
+
+    def detach(self) -> None:
+        """Remove every hook and patch. Findings stay available."""
+        if not self._attached:
+            return
+        self._set_deep(False)
+        if self._mode is not None:
+            try:
+                self._mode.__exit__(None, None, None)
+            except Exception:
+                pass
+            self._mode = None
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for info in self.roots.values():
+            for h in info.handles:
+                h.remove()
+            info.handles.clear()
+        for owner, name, original in reversed(self._patches):
+            setattr(owner, name, original)
+        self._patches.clear()
+        self._attached = False
+
+    def attach_loaders(self, train: Any = None, val: Any = None) -> None:
+        """Tell the Watcher which loaders are which (Trainer); their passes are then tracked."""
+        for loader in (train, val):
+            if loader is not None and loader not in self.loader_sites:
+                self.loader_sites[loader] = None
+        if not any(o is torch.utils.data.DataLoader for o, _, _ in self._patches):
+            self._patch_dataloader()
+
+    # ------------------------------------------------------------------ trainer-facing API
+
+    def phase(self, name: str) -> None:
+        """'train' or 'eval': what the loop does from now on (for loops the Watcher cannot infer)."""
+        self._phase = name
+
+    @contextlib.contextmanager
+    def loss_scope(self):
+        """Wrap the loss computation: functional losses inside are inspected in deep steps."""
+        if not self._deep or self._mode is not None:
+            yield
+            return
+        self._loss_scope = True
+        mode = _Mode(self)
+        try:
+            with mode:
+                yield
+        finally:
+            self._loss_scope = False
+
+    def observe_backward(self, loss: torch.Tensor) -> None:
+        """Call just before loss.backward() when the Watcher is not in global mode."""
+        if self._global:
+            return
+        self._on_backward(loss)
+
+    def observe_batch(self, inputs: Any, targets: Any = None, train: bool = True) -> None:
+        """Inspect a batch the Watcher could not see through a loader (deep steps only)."""
+        if not self._deep:
+            return
+        x = inputs[0] if isinstance(inputs, (tuple, list)) and inputs else inputs
+        if isinstance(x, torch.Tensor):
+            self._inspect_input(x, train=train)
+
+    # ------------------------------------------------------------------ deep steps
+
+    def _set_deep(self, on: bool) -> None:
+        self._deep = on
+        if on and not self._deep_handles and self._attached:
+            if self._global:
+                from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+                self._deep_handles.append(register_module_forward_pre_hook(self._mod_pre))
+                self._deep_handles.append(register_module_forward_hook(self._mod_post))
+            else:
+                for info in self.roots.values():
+                    for m in info.module.modules():
+                        self._deep_handles.append(m.register_forward_pre_hook(self._mod_pre))
+                        self._deep_handles.append(m.register_forward_hook(self._mod_post))
+        elif not on and self._deep_handles:
+            for h in self._deep_handles:
+                h.remove()
+            self._deep_handles.clear()
+        self._stack.clear()
+
+    def _want_deep(self) -> bool:
+        s = self.steps
+        return s < self.deep_first or s % self.deep_every == 0 or (
+            self.first_nonfinite_loss_step is not None and self.nonfinite_culprit is None and not self.check_mode)
+
+    # ------------------------------------------------------------------ models
+
+    def _add_root(self, module: nn.Module) -> RootInfo:
+        info = self.roots.get(id(module))
+        if info is not None:
+            return info
+        names = {}
+        for name, m in module.named_modules():
+            names.setdefault(id(m), name)
+        info = RootInfo(
+            module=module, label=type(module).__name__, module_ids=set(names), names=names,
+            param_names={id(p): n for n, p in module.named_parameters()},
+            has_mode_layers=any(isinstance(m, _MODE_LAYERS) for m in module.modules()),
+        )
+        info.handles.append(module.register_forward_pre_hook(self._root_pre))
+        self.roots[id(module)] = info
+        return info
+
+    def module_name(self, m: nn.Module) -> str:
+        for info in self.roots.values():
+            name = info.names.get(id(m))
+            if name is not None:
+                return f"{info.label}.{name} ({type(m).__name__})" if name else info.label
+        return type(m).__name__
+
+    def _mod_pre(self, module: nn.Module, args: tuple) -> None:
+        stack = self._stack
+        if not stack:
+            mid = id(module)
+            if self._global and mid not in self.roots and mid not in self._not_roots:
+                if next(module.parameters(), None) is not None:
+                    self._add_root(module)
+                    self._root_pre(module, args)  # the hook just added runs from the next call on
+                else:
+                    self._not_roots.add(mid)
+        else:
+            root = self.roots.get(id(stack[0]))
+            if root is not None and id(module) not in root.module_ids and id(module) not in self.unregistered \
+                    and not any(id(m) in self.unregistered for m in stack):
+                if next(module.parameters(recurse=False), None) is not None or next(module.parameters(), None) is not None:
+                    self.unregistered[id(module)] = {"module": type(module).__name__, "root": root, "ref": module,
+                                                     "n_params": sum(p.numel() for p in module.parameters())}
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training and torch.is_grad_enabled():
+            x = args[0] if args else None
+            if isinstance(x, torch.Tensor) and x.dim() >= 2:
+                self.bn_batches.append(int(x.shape[0]))
+                if self.bn_where is None:
+                    self.bn_where = where_defined(stack[0]) if stack else None
+        stack.append(module)
+
+    def _mod_post(self, module: nn.Module, args: tuple, out: Any) -> None:
+        stack = self._stack
+        if stack and stack[-1] is module:
+            stack.pop()
+        if isinstance(module, nn.ReLU) and isinstance(out, torch.Tensor) and module.training:
+            self._record_relu(module, out, self.module_name(module))
+        if self.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \
+                and (self.check_mode or self.first_nonfinite_loss_step is not None):
+            if not bool(torch.isfinite(out).all()):
+                ins = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+                if all(bool(torch.isfinite(a).all()) for a in ins):
+                    params_ok = all(bool(torch.isfinite(p).all()) for p in module.parameters(recurse=False))
+                    self.nonfinite_culprit = {
+                        "module": self.module_name(module), "step": self.steps, "params_finite": params_ok,
+                        "where": where_defined(type(module).forward) or user_where(2),
+                        "n_nonfinite": int((~torch.isfinite(out)).sum()), "numel": out.numel()}
+
+    def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
+        if not torch.is_grad_enabled() or out.dim() < 2 or out.shape[0] < 8:
+            return
+        with torch.no_grad():
+            pos = out > 0
+            if out.dim() == 2:
+                alive = pos.any(0)
+            elif out.dim() == 3:
+                alive = pos.flatten(0, 1).any(0)
+            else:
+                alive = pos.transpose(0, 1).flatten(1).any(1)
+            units = alive.numel()
+            dead = 1.0 - float(alive.float().mean())
+        rec = self.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
+        rec["fractions"].append(dead)
+        if rec["where"] is None:
+            rec["where"] = user_where(3)
+
+    def _on_relu_func(self, x: Any, out: Any) -> None:
+        if self._stack and isinstance(self._stack[-1], nn.ReLU):
+            return  # the module hook measures it, with the module's name
+        if isinstance(out, torch.Tensor):
+            where = user_where(3)
+            self._record_relu(("f", where), out, f"relu at {where}")
+
+    def _root_pre(self, module: nn.Module, args: tuple) -> None:
+        info = self.roots.get(id(module))
+        if info is None:
+            return
+        info.n_forward += 1
+        grad = torch.is_grad_enabled()
+        training = module.training
+        p = self._cur_pass
+        is_train_fwd = grad and training and self._phase != "eval"
+        if p is not None and not p.closed:
+            if training:
+                p.fwd_train_mode += 1
+                if p.where_train_mode_fwd is None:
+                    p.where_train_mode_fwd = user_where(2)
+            else:
+                p.fwd_eval_mode += 1
+            p.fwd_no_grad += not grad
+        evaluating = (not grad) or self._phase == "eval"
+        if evaluating:
+            self.eval_seen = True
+            self._eval_since_epoch = True
+            if training and info.has_mode_layers:
+                self._hit("eval-mode-missing", info={"model": info.label}, where_skip=2)
+        elif not training and info.has_mode_layers:
+            self._pending_evalmode_train = self._pending_evalmode_train or (user_where(2) or "?")
+        x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if x is None and args and isinstance(args[0], (tuple, list)):
+            x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
+        if x is None:
+            return
+        if self._deep:
+            self._inspect_input(x, train=is_train_fwd)
+        if self.capture_overfit and self.overfit_capture is None and is_train_fwd and self.steps == 0:
+            import copy
+            try:
+                self.overfit_capture = {"model": copy.deepcopy(module), "args": tuple(
+                    a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)}
+            except Exception:
+                self.overfit_capture = {}
+        if self.hash_rows and x.dim() >= 1 and x.shape[0] > 0:
+            self._hash_rows(x, grad and self._phase != "eval", id(module))
+
+    def _inspect_input(self, x: torch.Tensor, train: bool) -> None:
+        if not x.is_floating_point() or x.numel() == 0:
+            return
+        with torch.no_grad():
+            finite = torch.isfinite(x)
+            if not bool(finite.all()):
+                if self.nonfinite_input is None:
+                    self.nonfinite_input = {"step": self.steps, "n_nonfinite": int((~finite).sum()),
+                                            "numel": x.numel(), "what": "inputs", "where": user_where(3)}
+                return
+            if not train or x.dim() < 2 or x.shape[0] < 2:
+                return
+            xf = x.float()
+            st = self.input_stats
+            st["n"] += 1
+            st["max_abs_mean"] = max(st["max_abs_mean"], abs(float(xf.mean())))
+            st["max_std"] = max(st["max_std"], float(xf.std()))
+            st["max_abs"] = max(st["max_abs"], float(xf.abs().max()))
+            if x.dim() == 2 and x.shape[1] >= 2 and x.shape[0] >= 8:
+                s = xf.std(0)
+                s = s[s > 1e-6]
+                if s.numel() >= 2:
+                    st["scale_ratio"] = max(st["scale_ratio"], float(s.max() / s.min()))
+                    st["max_feature_std"] = max(st.get("max_feature_std", 0.0), float(s.max()))
+            if st["where"] is None:
+                st["where"] = user_where(3)
+
+    def _hash_rows(self, x: torch.Tensor, train: bool, root: int) -> None:
+        if not x.is_floating_point() and x.dtype not in (torch.int64, torch.int32, torch.uint8):
+            return
+        rows = x.detach()
+        if rows.device.type != "cpu":
+            rows = rows.cpu()
+        rows = rows.reshape(rows.shape[0], -1).contiguous().numpy()
+        if train:
+            self._eval_group_open = False
+            if len(self.train_hashes) < 500_000:
+                self.train_hashes.update(hash((root, r.tobytes())) for r in rows)
+        else:
+            key = self._cur_pass.index if self._cur_pass is not None and not self._cur_pass.closed else None
+            if not self._eval_group_open or not self.eval_groups or self.eval_groups[-1]["key"] != key:
+                self.eval_groups.append({"key": key, "hashes": [], "where": user_where(3), "step": self.steps,
+                                         "root": root})
+                self._eval_group_open = True
+            group = self.eval_groups[-1]
+            if len(group["hashes"]) < 100_000:
+                group["hashes"].extend(hash((root, r.tobytes())) for r in rows)
+
+    # ------------------------------------------------------------------ losses
+
+    def _on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any) -> None:
+        if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
+            return
+        if self.loss_where.get(kind) is None:
+            self.loss_where[kind] = user_where(4)
+        where = self.loss_where[kind]
+        if self.capture_overfit and self.overfit_capture and "loss" not in self.overfit_capture and self.steps == 0:
+            self.overfit_capture.update(loss=(func, dict(kwargs)), target=target.detach().clone(), where=where)
+        if self._phase == "eval" or not torch.is_grad_enabled():
+            return
+        from torchwise.diagnose.checks import losses
+        with torch.no_grad():
+            losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where)
+
+    def _hit(self, id: str, *, info: dict | None = None, where: str | None = None, where_skip: int = 2) -> None:
+        self.hits[id] = self.hits.get(id, 0) + 1
+        if id not in self.hit_where:
+            self.hit_where[id] = where or user_where(where_skip + 1)
+        if info:
+            self.hit_info.setdefault(id, {}).update(info)
+
+    # ------------------------------------------------------------------ backward
+
+    def _patch_backward(self) -> None:
+        original = torch.autograd.backward
+        watcher = self
+
+        def backward(tensors, *args, **kwargs):
+            try:
+                watcher._on_backward(tensors)
+            except Exception:
+                pass
+            return original(tensors, *args, **kwargs)
+
+        backward.__wrapped__ = original  # type: ignore[attr-defined]
+        self._patches.append((torch.autograd, "backward", original))
+        torch.autograd.backward = backward
+
+    def _on_backward(self, tensors: Any) -> None:
+        loss = tensors if isinstance(tensors, torch.Tensor) else (
+            tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            return
+        self.backwards += 1
+        if self.backward_where is None:
+            self.backward_where = user_where(3)
+        value = loss.detach().reshape(())
+        if len(self.losses) < 200_000:
+            self.losses.append(value)
+            self.loss_steps.append(self.steps)
+        if self._deep:
+            if self._stepped_since_backward and self._zero_sample:
+                stale = any(p.grad is not None and bool(p.grad.ne(0).any()) for p in self._zero_sample)
+                self.hits["zero-grad-checks"] = self.hits.get("zero-grad-checks", 0) + 1
+                if stale:
+                    self._hit("missing-zero-grad", where_skip=3)
+            if loss.grad_fn is not None:
+                ref = weakref.ref(loss)
+                self._bw_refs.append((self.steps, ref))
+                self._bw_ids[id(loss)] = ref
+                if len(self._bw_ids) > 64:
+                    for k in list(self._bw_ids)[:32]:
+                        del self._bw_ids[k]
+            if self.first_nonfinite_loss_step is None and not bool(torch.isfinite(value)):
+                self.first_nonfinite_loss_step = self.steps
+        self._stepped_since_backward = False
+        self._backward_since_step += 1
+
+    def _on_accumulate(self, args: tuple, out: Any) -> None:
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            return
+        flat = []
+        for a in args:
+            flat.extend(a if isinstance(a, (list, tuple)) else [a])
+        for a in flat:
+            if isinstance(a, torch.Tensor):
+                ref = self._bw_ids.get(id(a))
+                if ref is not None and ref() is a:
+                    self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"},
+                              where_skip=4)
+                    return
+
+    # ------------------------------------------------------------------ optimizer steps
+
+    def _add_optimizer(self, opt: torch.optim.Optimizer) -> None:
+        if any(o is opt for o in self.optimizers):
+            return
+        self.optimizers.append(opt)
+        for g in opt.param_groups:
+            self._opt_param_ids.update(id(p) for p in g["params"])
+
+    def _on_step_pre(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
+        if self._global and id(opt) in self._local_opts:
+            return
+        self._add_optimizer(opt)
+        for g in opt.param_groups:  # param groups added later with add_param_group
+            self._opt_param_ids.update(id(p) for p in g["params"])
+        if self.step_where is None:
+            self.step_where = user_where(2)
+        if self._pending_evalmode_train is not None:
+            self._hit("train-mode-missing", where=self._pending_evalmode_train)
+            self._pending_evalmode_train = None
+        if not self._deep:
+            return
+        try:
+            from torchwise.diagnose.checks import optim
+            optim.inspect_step_pre(self, opt)
+        except Exception:
+            pass
+
+    def _on_step_post(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
+        if self._global and id(opt) in self._local_opts:
+            return
+        if self._deep and self._snap is not None:
+            try:
+                from torchwise.diagnose.checks import optim
+                optim.inspect_step_post(self, opt)
+            except Exception:
+                pass
+        self._snap = None
+        self.steps += 1
+        self._stepped_since_backward = True
+        self._backward_since_step = 0
+        if self._cur_pass is not None and not self._cur_pass.closed:
+            self._cur_pass.steps += 1
+        if self._after_epoch:
+            if not self._eval_since_epoch:
+                self.epoch_without_eval = True
+            self._after_epoch = False
+        self._eval_group_open = False
+        want = self._want_deep()
+        if want != self._deep:
+            self._set_deep(want)
+        else:
+            self._stack.clear()
+        if self.max_steps and self.steps >= self.max_steps:
+            enough = (self.eval_seen or self.epoch_without_eval or not self.passes
+                      or self.steps >= 4 * self.max_steps)
+            if enough:
+                raise StopScript()
+
+    # ------------------------------------------------------------------ data loaders
+
+    def _patch_dataloader(self) -> None:
+        from torch.utils.data import DataLoader
+        orig_init, orig_iter = DataLoader.__init__, DataLoader.__iter__
+        watcher = self
+
+        def __init__(loader, *args, **kwargs):
+            orig_init(loader, *args, **kwargs)
+            try:
+                watcher.loader_sites[loader] = user_where(2)
+            except Exception:
+                pass
+
+        def __iter__(loader):
+            it = orig_iter(loader)
+            try:
+                return watcher._begin_pass(loader, it)
+            except Exception:
+                return it
+
+        self._patches.append((DataLoader, "__init__", orig_init))
+        self._patches.append((DataLoader, "__iter__", orig_iter))
+        DataLoader.__init__ = __init__
+        DataLoader.__iter__ = __iter__
+
+    def _begin_pass(self, loader: Any, it: Iterator) -> _PassIter:
+        from torch.utils.data.distributed import DistributedSampler
+        for p in self.passes:
+            if p.loader is loader and not p.closed:
+                self._end_pass(p)
+        info = PassInfo(loader=loader, index=len(self.passes), site=self.loader_sites.get(loader))
+        self.passes.append(info)
+        sampler = getattr(loader, "sampler", None)
+        bs = getattr(loader, "batch_sampler", None)
+        for s in (sampler, getattr(bs, "sampler", None)):
+            if isinstance(s, DistributedSampler):
+                self.sampler_epochs.setdefault(id(s), []).append(
+                    {"epoch": s.epoch, "shuffle": s.shuffle, "site": info.site})
+                break
+        return _PassIter(it, info, self)
+
+    def _end_pass(self, info: PassInfo) -> None:
+        if info.closed:
+            return
+        info.closed = True
+        if self._cur_pass is info:
+            self._cur_pass = None
+        if info.steps > 0:
+            self._after_epoch = True
+            self._eval_since_epoch = False
+        elif info.is_eval:
+            self.eval_seen = True
+            self._eval_since_epoch = True
+            if info.fwd_train_mode and any(r.has_mode_layers for r in self.roots.values()):
+                self._hit("eval-mode-missing", where=info.where_train_mode_fwd)
+            from torchwise.diagnose.checks import data
+            data.check_val_augmentation(self, info)
+
+    # ------------------------------------------------------------------ results
+
+    def findings(self) -> list[Finding]:
+        """Decide on everything observed so far. Cheap; safe to call more than once."""
+        for p in self.passes:
+            if not p.closed and p is not self._cur_pass:
+                self._end_pass(p)
+        from torchwise.diagnose import checks
+        return checks.decide_all(self)
+
+    def loss_values(self) -> list[float]:
+        if not self.losses:
+            return []
+        return [float(v) for v in torch.stack([v.float().cpu() for v in self.losses]).tolist()]
+
+    def report(self) -> dict[str, Any]:
+        found = self.findings()
+        return {"findings": [f.to_dict() for f in found], "steps": self.steps, "backward_calls": self.backwards,
+                "models": [r.label for r in self.roots.values()], "optimizers": [type(o).__name__ for o in self.optimizers],
+                "data_loader_passes": len(self.passes)}
+
+    def render(self, findings: list[Finding] | None = None) -> str:
+        found = self.findings() if findings is None else findings
+        if not found:
+            return f"torchwise: no silent mistakes found ({self.steps} optimizer steps watched)."
+        parts = [f.render() for f in found]
+        errors = sum(f.severity == "error" for f in found)
+        parts.append(f"torchwise: {len(found)} finding(s) ({errors} error(s), {len(found) - errors} warning(s)) "
+                     f"in {self.steps} optimizer steps.")
+        return "\n\n".join(parts)
+
+
+@contextlib.contextmanager
+def watch(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
+          print_findings: bool = True, deep_every: int | None = None):
+    """Watch the training code run inside the block and report its silent mistakes at the end.
+
+        with torchwise.watch() as w:           # or torchwise.watch(model, optimizer)
+            for epoch in range(3):
+                train_one_epoch(...)
+        w.findings()                            # list of Finding; printed at exit by default
+
+    With no model, every model, optimizer and DataLoader used in the block is watched (the same
+    instrumentation as `torchwise check`).
+    """
+    w = Watcher(check_mode=model is None, deep_every=deep_every)
+    w.attach(model, optimizer, global_hooks=model is None)
+    if model is not None:
+        # a user's own loop: losses and backward are only visible through the global patches
+        w._patch_backward()
+        w._patch_dataloader()
+        w._mode = _Mode(w)
+        w._mode.__enter__()
+    try:
+        yield w
+    finally:
+        w.detach()
+        if print_findings:
+            print(w.render(), file=sys.stderr)
