@@ -181,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     skipped = task.summary.get("skipped") or []
     if skipped:
         print(f"skipped {len(skipped)} unreadable file(s): " + ", ".join(s["path"] for s in skipped[:5]))
+    for key in ("dropped_missing_target", "dropped_missing_features"):
+        if task.summary.get(key):
+            print(f"{key.replace('_', ' ')}: {task.summary[key]} row(s)")
     print(format_table(result))
     out = Path(args.json) if args.json else run_dir / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)

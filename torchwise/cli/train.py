@@ -23,14 +23,16 @@ from torchwise.errors import TorchwiseError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Every flag defaults to None: only what the user typed overrides --config (see config.FLAG_KEYS).
+    # Values are plain text checked by torchwise.config (not argparse choices), so a typo gets the
+    # same "allowed values / did you mean" answer from a flag, a --set or a YAML file.
     data = parser.add_argument_group("data")
     data.add_argument("--data", metavar="PATH", help="image folder (class folders, or train/ and val/) or a CSV file")
     data.add_argument("--target", metavar="COLUMN", help="CSV: the column to predict")
-    data.add_argument("--problem", choices=["auto", "classification", "regression"], help="CSV: default auto")
+    data.add_argument("--problem", metavar="P", help="CSV: auto (default), classification or regression")
     data.add_argument("--val-fraction", metavar="F", help="held out per class without a val/ folder (default 0.2)")
     data.add_argument("--image-size", metavar="N", help="square input side (default: 224 for torchvision models, "
                                                         "the images' median side up to 64 for smallcnn/mlp)")
-    data.add_argument("--missing", choices=["drop", "impute"], help="CSV rows with missing values (default drop)")
+    data.add_argument("--missing", metavar="HOW", help="CSV rows with missing values: drop (default) or impute")
     data.add_argument("--num-workers", metavar="N", help="DataLoader workers (default auto)")
     model = parser.add_argument_group("model")
     model.add_argument("--model", metavar="NAME", help="auto (default), smallcnn, mlp, resnet18, mobilenet_v3_small, "
@@ -44,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--batch-size", metavar="N", help="default 64")
     train.add_argument("--lr", metavar="LR", help="peak learning rate (default 1e-3)")
     train.add_argument("--seed", metavar="N", help="default 0")
-    train.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
+    train.add_argument("--precision", metavar="P", help="auto (default), fp32, bf16 or fp16")
     train.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:1, mps")
     train.add_argument("--checkpoint-every", metavar="STEPS", help="default: every epoch")
     train.add_argument("--resume", action="store_const", const=True,
@@ -108,6 +110,16 @@ def _check_run_dir(run_dir: Path, resume: bool) -> None:
                              fix="add --resume to continue it, or choose a new --out directory")
 
 
+def _with_absolute_paths(config):
+    """The saved config names files absolutely, so `--resume` and `eval` work from any directory."""
+    import dataclasses
+
+    data = dataclasses.replace(config.data, path=str(Path(config.data.path).resolve()) if config.data.path else None)
+    model = dataclasses.replace(config.model,
+                                weights=str(Path(config.model.weights).resolve()) if config.model.weights else None)
+    return dataclasses.replace(config, data=data, model=model)
+
+
 def _step_of(checkpoint: Path | None) -> int:
     if checkpoint is None:
         return 0
@@ -135,6 +147,7 @@ def train_run(config, *, log=print) -> dict[str, Any]:
         torch.set_num_threads(config.train.threads)
     progress = _progress_enabled(config.output.progress)
     run_dir.mkdir(parents=True, exist_ok=True)
+    config = _with_absolute_paths(config)
     config.save(run_dir / "config.yaml")
 
     task = prepare_task(config, run_dir, progress=progress)
@@ -220,7 +233,8 @@ def _log_result(summary: dict[str, Any], log) -> None:
         score = f"val accuracy {ev['accuracy']:.4f}"
     else:
         score = f"val RMSE {ev['rmse']:.4g}, MAE {ev['mae']:.4g}, R² {ev['r2']:.3f}"
-    log(f"done: {score} after {timing['steps']} steps ({timing['epochs']} epochs) in {timing['train_time_s']:.1f} s "
+    epochs = f"{timing['epochs']} epoch" + ("" if timing["epochs"] == 1 else "s")
+    log(f"done: {score} after {timing['steps']} steps ({epochs}) in {timing['train_time_s']:.1f} s "
         f"({timing['samples_per_s']} samples/s)")
     log(f"weights: {summary['final']}")
     if summary["report"]:

@@ -216,8 +216,9 @@ def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[s
     from torchwise.data import imagefolder
 
     if not folder.is_dir():
-        raise TorchwiseError("The evaluation data folder does not exist.", values={"path": str(folder)},
-                             fix="pass --data with a folder of class folders")
+        raise TorchwiseError("The evaluation data is not a folder (this run is an image run).",
+                             values={"path": str(folder), "exists": folder.exists()},
+                             fix="pass --data with a folder of class folders, named like the training classes")
     sub = imagefolder._find_sub(folder, imagefolder.VAL_DIRS)
     folder = sub or folder
     class_dirs = imagefolder._list_classes(folder, "evaluation folder")
