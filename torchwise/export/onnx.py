@@ -228,8 +228,15 @@ def export_onnx(model, example_input: Any, path: str | Path, *, metadata: Mappin
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     proto.producer_name = "torchwise"
-    onnx.checker.check_model(proto)
-    onnx.save(proto, str(path))
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
+    if weight_bytes < 1.8e9:
+        onnx.checker.check_model(proto)
+        onnx.save(proto, str(path))
+    else:  # protobuf cannot hold more than 2 GB: weights go to a side file next to the .onnx
+        onnx.save(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=path.name + ".data")
+        onnx.checker.check_model(str(path))
     dynamic_axes: dict[str, dict[int, str]] = {}
     for value in proto.graph.input:
         dims = value.type.tensor_type.shape.dim

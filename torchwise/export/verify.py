@@ -102,18 +102,21 @@ def compare_arrays(label: str, name: str, got, ref, atol: float, rtol: float) ->
     if got.shape != ref.shape:
         return Comparison(label, int(ref.shape[0]) if ref.ndim else 1, name, float("inf"), float("inf"), False,
                           (f"shape {got.shape} vs {ref.shape}",))
-    diff = np.abs(got - ref)
-    if not np.isfinite(got).all():
-        diff = np.where(np.isfinite(got), diff, np.inf)
+    top1 = None
+    if ref.ndim == 2 and ref.shape[1] > 1 and np.isfinite(ref).all():
+        top1 = float((np.nan_to_num(got, nan=-np.inf).argmax(1) == ref.argmax(1)).mean())
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got - ref)
+    # NaN/inf where PyTorch has the same NaN/inf is agreement; anywhere else it is an infinite error.
+    same = (np.isnan(got) & np.isnan(ref)) | (np.isinf(got) & (got == ref))
+    diff = np.where(same, 0.0, np.where(np.isfinite(diff), diff, np.inf))
+    ref = np.where(np.isfinite(ref), ref, 0.0)
     max_abs = float(diff.max()) if diff.size else 0.0
     scale = float(np.abs(ref).max()) if ref.size else 0.0
     max_rel = max_abs / max(scale, 1e-12) if max_abs else 0.0
     excess = diff - (atol + rtol * np.abs(ref))
     ok = bool((excess <= 0).all())
     worst_index = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape)) if excess.size else ()
-    top1 = None
-    if ref.ndim == 2 and ref.shape[1] > 1:
-        top1 = float((got.argmax(1) == ref.argmax(1)).mean())
     return Comparison(label, int(ref.shape[0]) if ref.ndim else 1, name, max_abs, max_rel, ok, worst_index, top1)
 
 
