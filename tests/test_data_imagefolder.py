@@ -129,3 +129,17 @@ def test_corrupt_files_in_a_train_val_layout(tmp_path):
     write_corrupt_files(tmp_path / "d" / "val" / "blue")
     scan = imagefolder.scan_image_folder(tmp_path / "d")
     assert len(scan.skipped) == 2 and len(scan.val) == 6
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            exif = Image.Exif()
+            exif[0x0112] = 6  # "rotate 90° clockwise to display": how phones store portrait photos
+            Image.new("RGB", (20, 10), (200, 0, 0)).save(tmp_path / name / f"{i}.jpg", exif=exif)
+    scan = imagefolder.scan_image_folder(tmp_path)
+    path = scan.train[0][0]
+    assert scan.cache[path].size == (10, 20)
+    dataset = imagefolder.ImageDataset(scan.train, lambda image: image, mode="RGB")  # from disk, no cache
+    assert dataset[0][0].size == (10, 20)

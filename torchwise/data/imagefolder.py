@@ -66,34 +66,36 @@ def _class_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _image_files(folder: Path) -> list[Path]:
+def image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*")
                   if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file() and not p.name.startswith("."))
 
 
-def _find_sub(root: Path, names: Sequence[str]) -> Path | None:
+def find_subfolder(root: Path, names: Sequence[str]) -> Path | None:
     for name in names:
         if (root / name).is_dir():
             return root / name
     return None
 
 
-def _decode(path: str) -> tuple[Any, str | None]:
+def decode_image(path: str) -> tuple[Any, str | None]:
     """(image, None) when the file decodes completely, else (None, reason)."""
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     try:
         with Image.open(path) as image:
             image.load()  # decodes every byte: catches truncated files that Image.verify() lets through
-            return image, None
+            # Phone photos are often stored sideways with an EXIF orientation tag; apply it, or the
+            # model trains on rotated images that every viewer shows upright.
+            return ImageOps.exif_transpose(image), None
     except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError, ...
         return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
 
 
-def _list_classes(folder: Path, what: str) -> list[Path]:
+def list_class_dirs(folder: Path, what: str) -> list[Path]:
     classes = _class_dirs(folder)
     if not classes:
-        loose = _image_files(folder)[:3]
+        loose = image_files(folder)[:3]
         raise TorchwiseError(
             f"No class folders in the {what}.",
             values={"folder": str(folder), "images found directly in it": [p.name for p in loose] or "none"},
@@ -114,24 +116,24 @@ def scan_image_folder(root: str | Path, *, val_fraction: float = 0.2, seed: int 
     if not root.is_dir():
         raise TorchwiseError("The data path is a file, not an image folder.", values={"path": str(root)},
                              fix="pass a folder of class folders, or a .csv file with --target COLUMN")
-    train_dir, val_dir = _find_sub(root, TRAIN_DIRS), _find_sub(root, VAL_DIRS)
+    train_dir, val_dir = find_subfolder(root, TRAIN_DIRS), find_subfolder(root, VAL_DIRS)
     if train_dir is not None and val_dir is not None:
         layout = "train/val folders"
-        class_paths = _list_classes(train_dir, "training folder")
-        val_class_paths = _list_classes(val_dir, "validation folder")
+        class_paths = list_class_dirs(train_dir, "training folder")
+        val_class_paths = list_class_dirs(val_dir, "validation folder")
         class_names = [p.name for p in class_paths]
         extra = sorted({p.name for p in val_class_paths} - set(class_names))
         if extra:
             raise TorchwiseError("The validation folder has classes the training folder does not.",
                                  values={"only in val": extra, "train classes": class_names},
                                  fix="add training images for these classes or remove them from val/")
-        files = [(str(f), i, "train") for i, p in enumerate(class_paths) for f in _image_files(p)]
-        files += [(str(f), class_names.index(p.name), "val") for p in val_class_paths for f in _image_files(p)]
+        files = [(str(f), i, "train") for i, p in enumerate(class_paths) for f in image_files(p)]
+        files += [(str(f), class_names.index(p.name), "val") for p in val_class_paths for f in image_files(p)]
     else:
         layout = "split by val_fraction"
-        class_paths = _list_classes(train_dir or root, "data folder")
+        class_paths = list_class_dirs(train_dir or root, "data folder")
         class_names = [p.name for p in class_paths]
-        files = [(str(f), i, "all") for i, p in enumerate(class_paths) for f in _image_files(p)]
+        files = [(str(f), i, "all") for i, p in enumerate(class_paths) for f in image_files(p)]
     if len(class_names) < 2:
         raise TorchwiseError("Classification needs at least two classes; found one.",
                              values={"folder": str(root), "classes": class_names},
@@ -143,7 +145,7 @@ def scan_image_folder(root: str | Path, *, val_fraction: float = 0.2, seed: int 
     sides: list[int] = []
     cached_bytes = 0
     with ThreadPoolExecutor(max_workers=threads) as pool:  # PIL decodes outside the GIL
-        results = pool.map(_decode, [f for f, _, _ in files])
+        results = pool.map(decode_image, [f for f, _, _ in files])
         for (path, _, _), (image, reason) in tqdm(zip(files, results), total=len(files), unit="img",
                                                   desc="scanning images", disable=not progress, leave=False):
             if image is None:
@@ -216,14 +218,14 @@ class ImageDataset:
         return len(self.samples)
 
     def load_image(self, index: int):
-        from PIL import Image
+        from PIL import Image, ImageOps
 
         path = self.samples[index][0]
         image = self.cache.get(path)
         if image is None:
             try:
                 with Image.open(path) as opened:
-                    image = opened.convert(self.mode)
+                    image = ImageOps.exif_transpose(opened).convert(self.mode)
             except Exception as exc:
                 # It decoded during the scan, so it changed since: say so instead of a worker traceback.
                 raise TorchwiseError("An image became unreadable after the data was scanned.",

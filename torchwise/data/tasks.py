@@ -219,9 +219,9 @@ def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[s
         raise TorchwiseError("The evaluation data is not a folder (this run is an image run).",
                              values={"path": str(folder), "exists": folder.exists()},
                              fix="pass --data with a folder of class folders, named like the training classes")
-    sub = imagefolder._find_sub(folder, imagefolder.VAL_DIRS)
+    sub = imagefolder.find_subfolder(folder, imagefolder.VAL_DIRS)
     folder = sub or folder
-    class_dirs = imagefolder._list_classes(folder, "evaluation folder")
+    class_dirs = imagefolder.list_class_dirs(folder, "evaluation folder")
     unknown = [p.name for p in class_dirs if p.name not in class_names]
     if unknown:
         raise TorchwiseError("The evaluation folder has classes the model was not trained on.",
@@ -229,8 +229,8 @@ def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[s
                              fix="evaluate on folders named like the training classes")
     samples, skipped = [], []
     for class_dir in class_dirs:
-        for path in imagefolder._image_files(class_dir):
-            image, reason = imagefolder._decode(str(path))
+        for path in imagefolder.image_files(class_dir):
+            image, reason = imagefolder.decode_image(str(path))
             if image is None:
                 skipped.append((str(path), reason or "unreadable"))
             else:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -156,7 +155,3 @@ def write_report(run_dir: str | Path, *, title: str, summary: dict[str, Any], ev
     out = Path(path) if path else run_dir / "report.html"
     out.write_text(page, encoding="utf-8")
     return out
-
-
-def dump_json(data: Any) -> str:
-    return json.dumps(data, indent=2)
