@@ -82,13 +82,34 @@ def dynamic_shapes_for(inputs: tuple, *, dynamic_batch: bool, dynamic_spatial: b
     return tuple(shapes)
 
 
+@contextlib.contextmanager
+def quiet_torch_logs():
+    """Silence torch's own logging during export: torch.export dumps whole graphs at WARNING level
+    on a failure we are about to explain in one message anyway."""
+    import logging
+
+    saved = {}
+    for name in [n for n in list(logging.root.manager.loggerDict) if n == "torch" or n.startswith("torch.")]:
+        logger = logging.getLogger(name)
+        saved[name] = logger.level
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _chain(exc: BaseException) -> str:
     parts, seen = [], set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         parts.append(f"{type(exc).__name__}: {exc}")
         exc = exc.__cause__ or exc.__context__
-    return "\n".join(parts)
+    return _ANSI.sub("", "\n".join(parts))
 
 
 _OP_PATTERNS = [
@@ -129,7 +150,7 @@ def explain_export_failure(exc: BaseException, fmt: str) -> ExportError:
         return UnsupportedOperatorError(
             ops,
             what=f"{fmt} export failed: ONNX has no translation for the operator {names} ({pretty}).",
-            values={"operator": names, "exporter message": _first_line_with(text, ops[0])},
+            values={"operator": names, "exporter message": _first_line(text, ops[0]) or _first_line(text)},
             fix=(f"replace {pretty} in forward() with operations ONNX supports (or move it out of the model, e.g. "
                  "into numpy pre/post-processing); or register an ONNX Script translation for it with "
                  "torch.onnx.export(..., custom_translation_table={...}); or export with --format torchscript "
@@ -139,7 +160,8 @@ def explain_export_failure(exc: BaseException, fmt: str) -> ExportError:
         return ExportError(
             what=f"{fmt} export failed: forward() branches on the values of a tensor (data-dependent control flow), "
                  "which a static graph cannot express.",
-            values={"where": where or "(see the exporter message)", "exporter message": _first_line(text)},
+            values={"where": where or "(see the exporter message)",
+                    "exporter message": _first_line(text, "data-dependent") or _first_line(text)},
             fix=("rewrite the branch without Python control flow on tensor values: torch.where(cond, a, b) for "
                  "element-wise choices, torch.cond(pred, true_fn, false_fn, (x,)) for whole branches; or export "
                  "with --format torchscript (scripting keeps the branch)"))
@@ -148,7 +170,7 @@ def explain_export_failure(exc: BaseException, fmt: str) -> ExportError:
         return ExportError(
             what=f"{fmt} export failed: the model fixes a dimension that was asked to be dynamic "
                  f"({match.group(1) if match else 'batch/spatial'}).",
-            values={"exporter message": _first_line(text, "Constraints violated")},
+            values={"exporter message": _first_line(text, "Constraints violated") or _first_line(text)},
             fix=("do not hard-code the batch size or image size in forward(): use x.flatten(1) or "
                  "x.view(x.size(0), -1) instead of x.view(32, -1); for spatial sizes, use an adaptive pooling "
                  "layer before the classifier; or export without --dynamic-spatial"))
@@ -172,16 +194,14 @@ def _torch_name(op: str) -> str:
     return name
 
 
-def _first_line(text: str, startswith: str | None = None) -> str:
+def _first_line(text: str, containing: str | None = None) -> str:
     for line in text.splitlines():
         line = line.strip()
-        if line and (startswith is None or startswith in line):
+        if line and (containing is None or containing in line):
             return line[:400]
+    if containing is not None:
+        return ""
     return text.strip().splitlines()[0][:400] if text.strip() else ""
-
-
-def _first_line_with(text: str, needle: str) -> str:
-    return _first_line(text, needle)
 
 
 def export_onnx(model, example_input: Any, path: str | Path, *, metadata: Mapping[str, Any] | None = None,
@@ -210,7 +230,8 @@ def export_onnx(model, example_input: Any, path: str | Path, *, metadata: Mappin
     shapes = dynamic_shapes_for(inputs, dynamic_batch=dynamic_batch, dynamic_spatial=dynamic_spatial)
     log = io.StringIO()
     try:
-        with contextlib.redirect_stdout(log), warnings.catch_warnings():
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), quiet_torch_logs(), \
+                warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = torch.onnx.export(model, inputs, None, input_names=input_names, output_names=output_names,
                                         opset_version=opset, dynamo=True, dynamic_shapes=shapes, verbose=False)

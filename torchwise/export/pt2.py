@@ -4,13 +4,15 @@ The saved ExportedProgram is loaded back and run against eager PyTorch before we
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchwise.export.onnx import _at_least_two, as_tuple, dynamic_shapes_for, explain_export_failure
+from torchwise.export.onnx import _at_least_two, as_tuple, dynamic_shapes_for, explain_export_failure, quiet_torch_logs
 from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, VerifyReport, verify_callable
 
 
@@ -38,7 +40,8 @@ def export_pt2(model, example_input: Any, path: str | Path, *, batches: Sequence
                                   for t in as_tuple(example_input)))
     shapes = dynamic_shapes_for(example, dynamic_batch=dynamic_batch, dynamic_spatial=dynamic_spatial)
     try:
-        with warnings.catch_warnings():
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                quiet_torch_logs(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = torch.export.export(model, example, dynamic_shapes=shapes)
     except Exception as exc:

@@ -70,7 +70,7 @@ def _trace(model, example: tuple):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         traced = torch.jit.trace(model, example, check_trace=False)
-    tracer = [str(w.message).split("\n")[0] for w in caught
+    tracer = [str(w.message).split("\n")[0].split(". ")[0].rstrip(".") + "." for w in caught
               if issubclass(w.category, torch.jit.TracerWarning)]
     # Dedupe: the tracer repeats a warning for every call site it passes through.
     return traced, list(dict.fromkeys(tracer))
