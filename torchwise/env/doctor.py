@@ -171,6 +171,9 @@ def _check_driver(torch, driver: cuda_info.DriverInfo) -> Check:
     wheel = cuda_info.parse_cuda_version(torch.version.cuda)
     details = driver.as_dict() | {"wheel_cuda": torch.version.cuda,
                                   "CUDA_VISIBLE_DEVICES": cuda_info.visible_devices_env()}
+    if wheel is None and getattr(torch.version, "hip", None):
+        return Check("driver", INFO, f"ROCm {torch.version.hip} build: the AMD GPU driver is checked by the device test",
+                     details=details)
     if wheel is None:
         if driver.found and driver.cuda_driver_api:
             variant = cuda_info.best_wheel_for_driver(driver.cuda_driver_api)
