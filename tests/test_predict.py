@@ -19,7 +19,7 @@ from torchwise.export.metadata import preprocess_spec
 from torchwise.predict import preprocess_image, preprocess_images
 
 
-def _train(model, x, y, seconds: float = 4.0, steps: int = 300):
+def _train(model, x, y, seconds: float = 30.0, steps: int = 300):
     torch.manual_seed(0)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
@@ -178,7 +178,7 @@ def test_predict_csv_through_onnx_matches_pytorch(tmp_path):
     td = load_tabular(csv, "species")
     x = torch.from_numpy((td.x_train - np.array(td.mean, dtype=np.float32)) / np.array(td.std, dtype=np.float32))
     spec = {"name": "mlp", "num_classes": len(td.class_names), "in_channels": x.shape[1], "input_size": None}
-    model = _train(build_model(**spec), x, torch.from_numpy(np.asarray(td.y_train)).long(), seconds=2, steps=200)
+    model = _train(build_model(**spec), x, torch.from_numpy(np.asarray(td.y_train)).long(), steps=200)
     meta = {"task": "tabular", "problem": "classification", "class_names": td.class_names,
             "input_size": [x.shape[1]], "mean": td.mean, "std": td.std, "tabular": td.tabular_meta(), "model": spec}
     summary = export_and_verify(model, x[:4], tmp_path / "export", metadata=meta, real_inputs=x, log=None)
