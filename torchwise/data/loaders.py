@@ -21,17 +21,26 @@ import numpy as np
 import torch
 from torch.utils.data import (BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, Sampler,
                               SequentialSampler)
+from torch.utils.data.distributed import DistributedSampler
 
 from torchwise.errors import TorchwiseError
 from torchwise.train.reproducibility import derive_seed
 
 
 class ResumableBatchSampler(Sampler[list]):
-    """Batches of indices for one epoch; `set_epoch` picks the order, `set_start` skips batches already seen."""
+    """Batches of indices for one epoch; `set_epoch` picks the order, `set_start` skips batches already seen.
 
-    def __init__(self, n: int, batch_size: int, *, shuffle: bool, drop_last: bool, seed: int, keyed: bool):
+    Under DDP each rank takes every world_size-th sample of the same epoch order (like
+    DistributedSampler). Training shards are padded by repeating the first samples so that every rank
+    runs the same number of steps (an uneven last batch would leave one rank waiting in all_reduce
+    forever); validation shards are not padded, so every sample is counted exactly once.
+    """
+
+    def __init__(self, n: int, batch_size: int, *, shuffle: bool, drop_last: bool, seed: int, keyed: bool,
+                 rank: int = 0, world_size: int = 1, pad: bool = True):
         self.n, self.batch_size, self.shuffle, self.drop_last = n, batch_size, shuffle, drop_last
         self.seed, self.keyed = seed, keyed
+        self.rank, self.world_size, self.pad = rank, world_size, pad
         self.epoch, self.start = 0, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -40,8 +49,14 @@ class ResumableBatchSampler(Sampler[list]):
     def set_start(self, batch_index: int) -> None:
         self.start = batch_index
 
+    def shard_size(self) -> int:
+        if self.pad:
+            return -(-self.n // self.world_size)
+        return len(range(self.rank, self.n, self.world_size))
+
     def batches_per_epoch(self) -> int:
-        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
+        m = self.shard_size()
+        return m // self.batch_size if self.drop_last else -(-m // self.batch_size)
 
     def __len__(self) -> int:
         return max(0, self.batches_per_epoch() - self.start)
@@ -52,8 +67,16 @@ class ResumableBatchSampler(Sampler[list]):
             order = torch.randperm(self.n, generator=g).tolist()
         else:
             order = list(range(self.n))
+        if self.world_size > 1:
+            if self.pad:
+                total = self.shard_size() * self.world_size
+                order = (order * (1 + total // self.n))[:total]
+            positions_global = list(range(self.rank, len(order), self.world_size))
+        else:
+            positions_global = list(range(self.n))
+        m = len(positions_global)
         for b in range(self.start, self.batches_per_epoch()):
-            positions = range(b * self.batch_size, min((b + 1) * self.batch_size, self.n))
+            positions = positions_global[b * self.batch_size:min((b + 1) * self.batch_size, m)]
             if self.keyed:
                 yield [(derive_seed(self.seed, self.epoch, p), order[p]) for p in positions]
             else:
@@ -139,37 +162,42 @@ def _check_dataset(dataset: Any, role: str) -> int:
 
 
 def build_loader(data: Any, *, role: str, train: bool, device: torch.device, batch_size: int, seed: int,
-                 num_workers: int | str = "auto") -> TrainLoader:
-    """A resumable loader for a Dataset or a user's DataLoader."""
+                 num_workers: int | str = "auto", rank: int = 0, world_size: int = 1) -> TrainLoader:
+    """A resumable loader for a Dataset or a user's DataLoader (sharded by rank under DDP)."""
     pin = device.type == "cuda"
+    shard = dict(rank=rank, world_size=world_size, pad=train)
     if isinstance(data, DataLoader):
-        return _rebuild_user_loader(data, role=role, seed=seed)
+        return _rebuild_user_loader(data, role=role, seed=seed, shard=shard)
     n = _check_dataset(data, role)
     workers = auto_workers(device) if num_workers == "auto" else int(num_workers)
     if n < 0:
         loader = DataLoader(data, batch_size=batch_size, num_workers=workers, pin_memory=pin)
         return TrainLoader(loader, None, LoaderPlan(batch_size, workers, pin, False, False, "iterable data set"))
-    sampler = ResumableBatchSampler(n, batch_size, shuffle=train, drop_last=False, seed=seed, keyed=workers > 0)
+    sampler = ResumableBatchSampler(n, batch_size, shuffle=train, drop_last=False, seed=seed, keyed=workers > 0,
+                                    **shard)
     loader = DataLoader(SeededDataset(data) if workers > 0 else data, batch_sampler=sampler, num_workers=workers,
                         pin_memory=pin, persistent_workers=workers > 0, generator=torch.Generator())
     return TrainLoader(loader, sampler, LoaderPlan(batch_size, workers, pin, train, True))
 
 
-def _rebuild_user_loader(loader: DataLoader, *, role: str, seed: int) -> TrainLoader:
+def _rebuild_user_loader(loader: DataLoader, *, role: str, seed: int, shard: dict[str, Any]) -> TrainLoader:
     n = _check_dataset(loader.dataset, role)
     plan = LoaderPlan(loader.batch_size or 0, loader.num_workers, loader.pin_memory, False, False)
-    simple_sampler = type(loader.sampler) in (RandomSampler, SequentialSampler)
+    simple_sampler = type(loader.sampler) in (RandomSampler, SequentialSampler, DistributedSampler)
     simple_batches = type(loader.batch_sampler) is BatchSampler and loader.batch_size is not None
     if n < 0 or not simple_sampler or not simple_batches:
         plan.note = "custom sampler: resumed by replaying the epoch up to the saved position"
         return TrainLoader(loader, None, plan)
-    shuffle = isinstance(loader.sampler, RandomSampler)
-    if shuffle and (loader.sampler.replacement or loader.sampler._num_samples is not None):
+    if isinstance(loader.sampler, DistributedSampler):  # its sharding is redone below, the same way
+        shuffle = loader.sampler.shuffle
+    else:
+        shuffle = isinstance(loader.sampler, RandomSampler)
+    if isinstance(loader.sampler, RandomSampler) and (loader.sampler.replacement or loader.sampler._num_samples is not None):
         plan.note = "RandomSampler with replacement/num_samples: resumed by replaying"
         return TrainLoader(loader, None, plan)
     workers = loader.num_workers
     sampler = ResumableBatchSampler(n, loader.batch_size, shuffle=shuffle, drop_last=loader.drop_last,
-                                    seed=seed, keyed=workers > 0)
+                                    seed=seed, keyed=workers > 0, **shard)
     kwargs: dict[str, Any] = dict(
         batch_sampler=sampler, num_workers=workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
         timeout=loader.timeout, worker_init_fn=loader.worker_init_fn, generator=torch.Generator(),

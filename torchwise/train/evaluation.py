@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from torchwise.train.batches import batch_size_of, move_to, split_batch
+from torchwise.train.distributed import DistEnv, gather_objects
 from torchwise.train.precision import Precision
 from torchwise.train.reproducibility import capture_rng_state, restore_rng_state
 
@@ -16,9 +17,12 @@ MetricFn = Callable[[torch.Tensor, torch.Tensor], float]
 
 class Evaluator:
     def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor], precision: Precision,
-                 device: torch.device, task: str, metrics: dict[str, MetricFn] | None):
+                 device: torch.device, task: str, metrics: dict[str, MetricFn] | None,
+                 dist_env: DistEnv = DistEnv()):
+        # `model` is the plain module, never the DDP wrapper: DDP's forward may broadcast buffers, a
+        # collective that would hang when ranks hold different numbers of validation batches.
         self.model, self.loss_fn, self.precision, self.device = model, loss_fn, precision, device
-        self.task, self.metrics = task, dict(metrics or {})
+        self.task, self.metrics, self.dist = task, dict(metrics or {}), dist_env
 
     def outputs(self, batches: Iterable[Any]) -> tuple[list[torch.Tensor], list[Any], float, int]:
         """Run the model over `batches` in eval mode; restores train mode and every RNG afterwards."""
@@ -42,8 +46,17 @@ class Evaluator:
             restore_rng_state(rng)
         return outs, targets, loss_sum, count
 
-    def evaluate(self, batches: Iterable[Any], prefix: str = "val") -> dict[str, float]:
+    def gathered_outputs(self, batches: Iterable[Any]) -> tuple[list[torch.Tensor], list[Any], float, int]:
+        """outputs() of every rank's shard put together: metrics count each sample exactly once."""
         outs, targets, loss_sum, count = self.outputs(batches)
+        if not self.dist.enabled:
+            return outs, targets, loss_sum, count
+        parts = gather_objects((outs, targets, loss_sum, count), self.dist)
+        return ([o for p in parts for o in p[0]], [t for p in parts for t in p[1]],
+                sum(p[2] for p in parts), sum(p[3] for p in parts))
+
+    def evaluate(self, batches: Iterable[Any], prefix: str = "val") -> dict[str, float]:
+        outs, targets, loss_sum, count = self.gathered_outputs(batches)
         results = {f"{prefix}_loss": loss_sum / max(count, 1)}
         if not outs or not all(isinstance(t, torch.Tensor) for t in targets):
             return results

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from torchwise.errors import TorchwiseError
+from torchwise.train.distributed import DistEnv, sum_across
 from torchwise.train.precision import Precision
 
 
@@ -23,8 +24,10 @@ class StepResult:
 
 class StepRunner:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
-                 precision: Precision, device: torch.device, clip_grad_norm: float | None):
+                 precision: Precision, device: torch.device, clip_grad_norm: float | None,
+                 dist_env: DistEnv = DistEnv()):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.dist = dist_env
         self.precision, self.device, self.clip = precision, device, clip_grad_norm
         self.scaler = precision.make_scaler(device)
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -45,8 +48,9 @@ class StepRunner:
                     loss = self.loss_fn(model(*inputs), target)
                 self._check_loss(loss)
                 value = loss.item()
-                if not math.isfinite(value):
-                    return StepResult(value, None, f"non-finite loss ({value})", total)
+                if not self._all_finite(value):
+                    reason = f"non-finite loss ({value})" if not math.isfinite(value) else "non-finite loss on another rank"
+                    return StepResult(value, None, reason, total)
                 # Weighting by sample count makes N accumulated micro-batches equal one batch N times larger,
                 # also when the last micro-batch of an epoch is short (dividing by N would not).
                 weighted = loss * (n / total) if n != total else loss
@@ -70,6 +74,14 @@ class StepRunner:
                 return StepResult(loss_sum / total, norm, f"non-finite gradient norm ({norm})", total)
             opt.step()
         return StepResult(loss_sum / total, norm, None, total)
+
+    def _all_finite(self, value: float) -> bool:
+        """Under DDP the decision is taken by all ranks together: a rank that skipped backward alone
+        would leave the others waiting in the gradient all-reduce forever."""
+        bad = 0.0 if math.isfinite(value) else 1.0
+        if self.dist.enabled:
+            bad = sum_across([bad], self.dist, self.device)[0]
+        return bad == 0.0
 
     def _no_sync(self, last_micro_batch: bool):
         # Under DDP, only the last micro-batch of an accumulated step needs the gradient all-reduce.

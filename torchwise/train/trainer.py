@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from torch import nn
 
 from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
 from torchwise.train import checkpoint as ckpt
+from torchwise.train import distributed
+from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_across
 from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
@@ -99,6 +102,7 @@ class Trainer:
         max_consecutive_skips: int = 10,
         log_every: int = 10,
         tensorboard: bool = True,
+        dist_timeout_s: float = 300.0,
         config: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
@@ -145,6 +149,8 @@ class Trainer:
         self.metrics = dict(metrics or {})
         self.num_workers = num_workers
         self.max_consecutive_skips, self.log_every, self.tensorboard = max_consecutive_skips, log_every, tensorboard
+        self.dist_timeout_s = dist_timeout_s
+        self.dist = DistEnv()
         self.config = dict(config or {})
         self.metadata = dict(metadata or {})
         self.events = Events()
@@ -164,7 +170,8 @@ class Trainer:
 
     def fit(self) -> FitResult:
         resumed_from = self._setup()
-        pos, progress = self.pos, Progress(self.progress_mode, self._total_steps)
+        pos = self.pos
+        progress = Progress(self.progress_mode if self.dist.is_main else False, self._total_steps)
         log = self._metrics_log(resumed_from is not None)
         progress.message(self._start_message(resumed_from))
         progress.start(pos.step)
@@ -196,6 +203,7 @@ class Trainer:
             progress.close()
             log.close()
         final_path = self._finish()
+        barrier(self.dist)
         result = FitResult(
             history=list(pos.history), best_metric=None if math.isnan(pos.best_value) else pos.best_value,
             best_step=None if pos.best_step < 0 else pos.best_step, monitor=self.monitor, steps=pos.step,
@@ -213,7 +221,7 @@ class Trainer:
     def predict(self, data: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Model outputs and targets for `data`, concatenated on the CPU, in data order."""
         self._setup_basics()
-        outs, targets, _, _ = self.evaluator.outputs(self._eval_loader(data))
+        outs, targets, _, _ = self.evaluator.gathered_outputs(self._eval_loader(data))
         output = torch.cat(outs) if outs else torch.empty(0)
         target = torch.cat(targets) if targets and all(isinstance(t, torch.Tensor) for t in targets) else None
         return output, target
@@ -284,8 +292,9 @@ class Trainer:
 
     def _evaluate_and_log(self, log: Any, progress: Progress, start_time: float) -> bool:
         pos = self.pos
+        loss_sum, loss_count = sum_across([pos.loss_sum, pos.loss_count], self.dist, self.device)
         row: dict[str, Any] = {"epoch": pos.epoch, "step": pos.step,
-                               "train_loss": pos.loss_sum / pos.loss_count if pos.loss_count else math.nan}
+                               "train_loss": loss_sum / loss_count if loss_count else math.nan}
         if self.val_loader is not None:
             row.update(self.evaluator.evaluate(self.val_loader.epoch_iter(0)))
         row.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=getattr(self, "_last_grad_norm", None),
@@ -329,7 +338,8 @@ class Trainer:
         self.device = choose_device(self.device_arg)
         self.precision = choose_precision(self.precision_arg, self.device)
         self.model.to(self.device)
-        self.evaluator = Evaluator(self.model, self.loss_fn, self.precision, self.device, self.task, self.metrics)
+        self.evaluator = Evaluator(self.model, self.loss_fn, self.precision, self.device, self.task, self.metrics,
+                                   self.dist)
 
     def _setup(self) -> Path | None:
         from torchwise.data.loaders import build_loader
@@ -338,14 +348,20 @@ class Trainer:
             raise TorchwiseError("fit() was already called on this Trainer.", fix="Create a new Trainer to train again.")
         self._setup_done = True
         self._determinism_note = configure_determinism(self.deterministic)
-        seed_everything(self.seed)
+        self.dist, device = distributed.setup(self.device_arg, self.dist_timeout_s)
+        if self.dist.enabled:
+            self.device_arg = device
+        # Each rank draws its own dropout masks; the data order does not depend on this seed.
+        seed_everything(self.seed + self.dist.rank)
         self._setup_basics()
         self.optimizer = self._build_optimizer()
+        shard = dict(rank=self.dist.rank, world_size=self.dist.world_size)
         self.train_loader = build_loader(self.train_data, role="train_data", train=True, device=self.device,
-                                         batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers)
+                                         batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers,
+                                         **shard)
         self.val_loader = None if self.val_data is None else build_loader(
             self.val_data, role="val_data", train=False, device=self.device, batch_size=self.batch_size,
-            seed=self.seed, num_workers=self.num_workers)
+            seed=self.seed, num_workers=self.num_workers, **shard)
         steps_per_epoch = -(-self.train_loader.batches_per_epoch() // self.accumulate)
         _require(steps_per_epoch > 0, "train_data yields no batches.",
                  {"batches per epoch": self.train_loader.batches_per_epoch(), "batch_size": self.batch_size},
@@ -356,8 +372,9 @@ class Trainer:
         self.schedule = build_schedule(self.scheduler_spec, self.optimizer, total_steps=self._total_steps,
                                        max_epochs=self.max_epochs, warmup_steps=self.warmup_steps, mode=self.mode,
                                        interval=self.scheduler_interval)
-        self.step_runner = StepRunner(self.model, self.optimizer, self.loss_fn, self.precision, self.device,
-                                      self.clip_grad_norm)
+        self.train_model = distributed.wrap_model(self.model, self.dist, self.device)
+        self.step_runner = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
+                                      self.clip_grad_norm, self.dist)
         self.model.train()
         found = ckpt.find_resume_checkpoint(self.resume, self.out_dir)
         if self.out_dir is not None:
@@ -402,17 +419,19 @@ class Trainer:
         _require(data is not None, "No data to evaluate.", {"data": None, "val_data": None},
                  "Pass the data: trainer.evaluate(dataset).")
         return build_loader(data, role="data", train=False, device=self.device, batch_size=self.batch_size,
-                            seed=self.seed, num_workers=self.num_workers).epoch_iter(0)
+                            seed=self.seed, num_workers=self.num_workers, rank=self.dist.rank,
+                            world_size=self.dist.world_size).epoch_iter(0)
 
     def _metrics_log(self, resumed: bool):
         from torchwise.report.metrics import MetricsLog
 
-        return MetricsLog(self.out_dir, [f"val_{k}" for k in self.metrics] + (["val_mae"] if self.task == "regression" else []),
+        return MetricsLog(self.out_dir if self.dist.is_main else None, [f"val_{k}" for k in self.metrics] + (["val_mae"] if self.task == "regression" else []),
                           resume_step=self.pos.step if resumed else None, tensorboard=self.tensorboard)
 
     def _start_message(self, resumed_from: Path | None) -> str:
         plan = self.train_loader.plan
-        lines = [f"torchwise: device {self.device}, precision {self.precision.name}, {self._determinism_note}",
+        lines = [f"torchwise: device {self.device}, precision {self.precision.name}, {self._determinism_note}"
+                 + (f", {self.dist.world_size} processes (DDP)" if self.dist.enabled else ""),
                  f"torchwise: data: batch {plan.batch_size}, workers {plan.num_workers}, pin_memory {plan.pin_memory}"
                  + (f", {plan.note}" if plan.note else "")]
         if resumed_from is not None:
@@ -421,7 +440,7 @@ class Trainer:
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ checkpoints
-    def _state(self) -> dict[str, Any]:
+    def _state(self, rng_per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         pos = self.pos
         return {
             "format": STATE_FORMAT,
@@ -433,9 +452,11 @@ class Trainer:
             "scheduler": self.schedule.scheduler.state_dict() if self.schedule else None,
             "scaler": self.step_runner.scaler.state_dict() if self.step_runner.scaler else None,
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
-            "rng": capture_rng_state(),
+            "rng": rng_per_rank[0],
+            "rng_per_rank": rng_per_rank,
             "data": {"seed": self.seed, "train_samples": _len_or_minus1(self.train_data),
-                     "batches_per_epoch": self.train_loader.batches_per_epoch()},
+                     "batches_per_epoch": self.train_loader.batches_per_epoch(), "world_size": self.dist.world_size,
+                     "batch_size": self.batch_size},
             "config": json.dumps(self.config, default=str),
             "versions": {"torchwise": _version(), "torch": str(torch.__version__)},
         }
@@ -443,17 +464,22 @@ class Trainer:
     def _save_checkpoint(self) -> None:
         if self.out_dir is None:
             return
+        rng_per_rank = gather_objects(capture_rng_state(), self.dist)  # every rank's dropout stream
         root = self.out_dir / "checkpoints"
-        path = ckpt.save_checkpoint(root, self.pos.step, model_state_dict(self.model), self._state())
-        ckpt.prune(root, self.keep_last)
+        path = root / ckpt.checkpoint_name(self.pos.step)
+        if self.dist.is_main:
+            ckpt.save_checkpoint(root, self.pos.step, model_state_dict(self.model), self._state(rng_per_rank))
+            ckpt.prune(root, self.keep_last)
+        barrier(self.dist)  # no rank runs ahead of a checkpoint that is not on disk yet
         self.events.emit("checkpoint_saved", trainer=self, step=self.pos.step, path=path)
 
     def _load_checkpoint(self, path: Path) -> None:
         weights, state = ckpt.load_checkpoint(path, self.device)
         apply_state_dict(self.model, weights, source=str(path))
         data = state["data"]
-        if data["train_samples"] != _len_or_minus1(self.train_data) or data["batches_per_epoch"] != \
-                self.train_loader.batches_per_epoch():
+        same_layout = data.get("world_size", 1) == self.dist.world_size and data.get("batch_size") in (None, self.batch_size)
+        if data["train_samples"] != _len_or_minus1(self.train_data) or (
+                same_layout and data["batches_per_epoch"] != self.train_loader.batches_per_epoch()):
             raise TorchwiseError(
                 "The training data differ from the data of the checkpoint being resumed.",
                 values={"checkpoint": str(path), "samples then/now": f"{data['train_samples']} / "
@@ -471,7 +497,23 @@ class Trainer:
             setattr(self.pos, key, value)
         self.pos.history = json.loads(state["history"])
         self._load_best()
-        restore_rng_state(state["rng"])  # last: nothing after this may draw random numbers
+        if not same_layout:
+            self._relayout_position(data)
+            seed_everything(self.seed + self.dist.rank + 7919 * self.pos.step)
+            return
+        restore_rng_state(state["rng_per_rank"][self.dist.rank])  # last: nothing after this may draw random numbers
+
+    def _relayout_position(self, data: dict[str, Any]) -> None:
+        """Resume on another number of ranks (or batch size): same samples-seen position, nearest batch."""
+        old_per_batch = data.get("batch_size", self.batch_size) * data.get("world_size", 1)
+        samples_seen = self.pos.batch_in_epoch * old_per_batch
+        self.pos.batch_in_epoch = min(samples_seen // (self.batch_size * self.dist.world_size),
+                                      self.train_loader.batches_per_epoch())
+        if self.dist.is_main:
+            print(f"torchwise: resuming a run of {data.get('world_size', 1)} process(es) on {self.dist.world_size}: "
+                  f"continuing at sample {samples_seen} of epoch {self.pos.epoch} (batch {self.pos.batch_in_epoch}); "
+                  "random streams are re-seeded, so this run is not bit-identical to an uninterrupted one.",
+                  file=sys.stderr)
 
     def _latest_checkpoint_name(self) -> str:
         if self.out_dir is None:
@@ -483,7 +525,7 @@ class Trainer:
     def _keep_best(self) -> None:
         if self.early_stopping is not None and self.early_stopping.restore_best:
             self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in model_state_dict(self.model).items()}
-        if self.out_dir is not None:
+        if self.out_dir is not None and self.dist.is_main:
             save_model(self.model, self.out_dir / "best" / "model.safetensors",
                        {"step": self.pos.step, "monitor": self.monitor, "value": self.pos.best_value})
 
@@ -510,8 +552,11 @@ class Trainer:
         if self.out_dir is None:
             return None
         found = ckpt.list_checkpoints(self.out_dir / "checkpoints")
-        if not found or int(found[-1].name[len(ckpt.PREFIX):]) != self.pos.step:
+        last = int(found[-1].name[len(ckpt.PREFIX):]) if found else -1
+        if sum_across([float(last != self.pos.step)], self.dist, self.device)[0]:
             self._save_checkpoint()  # so that resume=True on a finished run finds it finished
+        if not self.dist.is_main:
+            return self.out_dir / "final" / "model.safetensors"
         meta = dict(self.metadata)
         meta.setdefault("versions", {"torchwise": _version(), "torch": str(torch.__version__)})
         meta.setdefault("best", {"monitor": self.monitor, "value": None if math.isnan(self.pos.best_value)

@@ -1,0 +1,97 @@
+"""DDP with real processes: torchrun, two gloo ranks on the CPU."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import torchwise
+from torchwise.train.distributed import free_port
+
+SCRIPT = Path(__file__).parent / "programs" / "ddp_run.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import ddp_run  # noqa: E402  (the same data and model as the runs)
+
+
+def torchrun(nproc, out_dir, *args, timeout=240):
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+           f"--master-port={free_port()}", str(SCRIPT), str(out_dir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def single(out_dir, *args):
+    return subprocess.run([sys.executable, str(SCRIPT), str(out_dir), *args], capture_output=True, text=True,
+                          timeout=240)
+
+
+def result(out_dir):
+    return json.loads((Path(out_dir) / "result.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    proc = torchrun(2, out, "--batch", "16")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc
+
+
+def test_two_ranks_with_batch_b_match_one_process_with_batch_2b(two_rank_run, tmp_path):
+    ddp_dir, proc = two_rank_run
+    assert "2 processes (DDP)" in proc.stderr
+    one = single(tmp_path, "--batch", "32")
+    assert one.returncode == 0, one.stderr
+    ddp, ref = load_file(str(ddp_dir / "final" / "model.safetensors")), load_file(str(tmp_path / "final" / "model.safetensors"))
+    assert set(ddp) == set(ref) == {"0.weight", "0.bias", "2.weight", "2.bias"}  # no 'module.' prefix
+    for key in ref:
+        torch.testing.assert_close(ddp[key], ref[key], rtol=1e-4, atol=1e-5)
+    assert result(ddp_dir)["steps"] == result(tmp_path)["steps"] == 2 * 1536 // 32
+    # every rank ends with the same weights
+    r0, r1 = load_file(str(ddp_dir / "rank0.safetensors")), load_file(str(ddp_dir / "rank1.safetensors"))
+    assert all(torch.equal(r0[k], r1[k]) for k in r0)
+
+
+def test_validation_over_uneven_shards_counts_every_sample_once(two_rank_run):
+    ddp_dir, _ = two_rank_run
+    last = result(ddp_dir)["history"][-1]  # 101 validation samples: shards of 51 and 50
+    model = ddp_run.model()
+    torchwise.load_model(ddp_dir / "final" / "model.safetensors", model)
+    _, val = ddp_run.data()
+    metrics = torchwise.Trainer(model, train_data=val, val_data=val, device="cpu", progress=False).evaluate()
+    assert last["val_acc"] == pytest.approx(metrics["val_acc"], abs=1e-9)
+    assert last["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-6)
+    assert (ddp_dir / "metrics.csv").read_text().count("\n") == 3  # header + 2 epochs, written by rank 0 only
+
+
+def test_nonfinite_loss_on_one_rank_is_skipped_by_all_ranks(tmp_path):
+    proc = torchrun(2, tmp_path, "--epochs", "1", "--nan-rank", "1", "--nan-call", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rank 0 done: steps 48 skipped 1" in proc.stdout and "rank 1 done: steps 48 skipped 1" in proc.stdout
+    assert "step 3: non-finite loss on another rank" in proc.stderr
+    r0, r1 = load_file(str(tmp_path / "rank0.safetensors")), load_file(str(tmp_path / "rank1.safetensors"))
+    assert all(torch.equal(r0[k], r1[k]) and torch.isfinite(r0[k]).all() for k in r0)
+
+
+def test_a_killed_rank_ends_the_run_with_an_error_instead_of_a_hang(tmp_path):
+    start = time.monotonic()
+    proc = torchrun(2, tmp_path, "--epochs", "1", "--die-rank", "1", "--die-step", "5", timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < 60, f"took {elapsed:.0f} s"
+    assert "Signal 9 (SIGKILL)" in proc.stderr or "exitcode  : -9" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_rank(tmp_path):
+    killed = torchrun(2, tmp_path, "--epochs", "1", "--checkpoint-every", "10", "--die-rank", "0", "--die-step", "25")
+    assert killed.returncode != 0
+    assert (tmp_path / "checkpoints" / "step-000000020" / "COMPLETE").is_file()
+    resumed = single(tmp_path, "--epochs", "1", "--checkpoint-every", "10", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming a run of 2 process(es) on 1" in resumed.stderr
+    # 20 steps of 2x16 samples = 640 samples = 40 single-process batches of 16; 96 batches per epoch
+    assert result(tmp_path)["steps"] == 20 + (96 - 40)
+    assert (tmp_path / "final" / "model.safetensors").is_file()
