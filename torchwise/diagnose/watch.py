@@ -113,16 +113,24 @@ def user_where(skip: int = 1) -> str | None:
 
 
 def where_defined(obj: Any) -> str | None:
-    """'file.py:LINE' where a class or function is defined, if it is user code."""
-    try:
-        target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
-        filename = inspect.getsourcefile(target)
-        if filename is None or not _is_user_file(filename):
+    """'file.py:LINE' where a class (its __init__) or function is defined, if it is user code.
+
+    Works for classes defined in a script run as __main__ under runpy, where inspect cannot find
+    the source module: the line comes from the code object of one of the class's functions.
+    """
+    if inspect.isclass(obj):
+        funcs = [obj.__dict__.get(n) for n in ("__init__", "forward")] + list(vars(obj).values())
+        func = next((f for f in funcs if inspect.isfunction(f)), None)
+        if func is None:
             return None
-        _, line = inspect.getsourcelines(target)
-        return f"{_show_path(filename)}:{line}"
-    except (OSError, TypeError):
+    elif inspect.isfunction(obj) or inspect.ismethod(obj):
+        func = obj
+    else:
+        return where_defined(type(obj))
+    code = getattr(func, "__code__", None)
+    if code is None or not _is_user_file(code.co_filename):
         return None
+    return f"{_show_path(code.co_filename)}:{code.co_firstlineno}"
 
 
 # --------------------------------------------------------------------------- records
@@ -286,6 +294,11 @@ class Watcher:
         self.update_ratios: list[tuple[int, float]] = []
         self._snap: list | None = None
         self._zero_sample: list = []
+        self._grad_hooks: dict[int, Any] = {}
+        self._zg_state: dict[int, str] = {}
+        self._zg_params: dict[int, Any] = {}
+        self._zg_where: str | None = None
+        self._opt_id_cache: dict[int, set[int]] = {}
         self._stepped_since_backward = False
         self._backward_since_step = 0
         self.not_in_opt: dict[int, tuple[str, str]] = {}
@@ -362,9 +375,10 @@ class Watcher:
             except Exception:
                 pass
             self._mode = None
-        for h in self._handles:
+        for h in list(self._handles) + list(self._grad_hooks.values()):
             h.remove()
         self._handles.clear()
+        self._grad_hooks.clear()
         for info in self.roots.values():
             for h in info.handles:
                 h.remove()
@@ -505,7 +519,7 @@ class Watcher:
                     params_ok = all(bool(torch.isfinite(p).all()) for p in module.parameters(recurse=False))
                     self.nonfinite_culprit = {
                         "module": self.module_name(module), "step": self.steps, "params_finite": params_ok,
-                        "where": where_defined(type(module).forward) or user_where(2),
+                        "where": where_defined(type(module).forward) or user_where(),
                         "n_nonfinite": int((~torch.isfinite(out)).sum()), "numel": out.numel()}
 
     def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
@@ -524,13 +538,13 @@ class Watcher:
         rec = self.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
         rec["fractions"].append(dead)
         if rec["where"] is None:
-            rec["where"] = user_where(3)
+            rec["where"] = user_where()
 
     def _on_relu_func(self, x: Any, out: Any) -> None:
         if self._stack and isinstance(self._stack[-1], nn.ReLU):
             return  # the module hook measures it, with the module's name
         if isinstance(out, torch.Tensor):
-            where = user_where(3)
+            where = user_where()
             self._record_relu(("f", where), out, f"relu at {where}")
 
     def _root_pre(self, module: nn.Module, args: tuple) -> None:
@@ -546,7 +560,7 @@ class Watcher:
             if training:
                 p.fwd_train_mode += 1
                 if p.where_train_mode_fwd is None:
-                    p.where_train_mode_fwd = user_where(2)
+                    p.where_train_mode_fwd = user_where()
             else:
                 p.fwd_eval_mode += 1
             p.fwd_no_grad += not grad
@@ -557,7 +571,7 @@ class Watcher:
             if training and info.has_mode_layers:
                 self._hit("eval-mode-missing", info={"model": info.label}, where_skip=2)
         elif not training and info.has_mode_layers:
-            self._pending_evalmode_train = self._pending_evalmode_train or (user_where(2) or "?")
+            self._pending_evalmode_train = self._pending_evalmode_train or (user_where() or "?")
         x = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if x is None and args and isinstance(args[0], (tuple, list)):
             x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
@@ -583,7 +597,7 @@ class Watcher:
             if not bool(finite.all()):
                 if self.nonfinite_input is None:
                     self.nonfinite_input = {"step": self.steps, "n_nonfinite": int((~finite).sum()),
-                                            "numel": x.numel(), "what": "inputs", "where": user_where(3)}
+                                            "numel": x.numel(), "what": "inputs", "where": user_where()}
                 return
             if not train or x.dim() < 2 or x.shape[0] < 2:
                 return
@@ -600,7 +614,7 @@ class Watcher:
                     st["scale_ratio"] = max(st["scale_ratio"], float(s.max() / s.min()))
                     st["max_feature_std"] = max(st.get("max_feature_std", 0.0), float(s.max()))
             if st["where"] is None:
-                st["where"] = user_where(3)
+                st["where"] = user_where()
 
     def _hash_rows(self, x: torch.Tensor, train: bool, root: int) -> None:
         if not x.is_floating_point() and x.dtype not in (torch.int64, torch.int32, torch.uint8):
@@ -616,7 +630,7 @@ class Watcher:
         else:
             key = self._cur_pass.index if self._cur_pass is not None and not self._cur_pass.closed else None
             if not self._eval_group_open or not self.eval_groups or self.eval_groups[-1]["key"] != key:
-                self.eval_groups.append({"key": key, "hashes": [], "where": user_where(3), "step": self.steps,
+                self.eval_groups.append({"key": key, "hashes": [], "where": user_where(), "step": self.steps,
                                          "root": root})
                 self._eval_group_open = True
             group = self.eval_groups[-1]
@@ -629,7 +643,7 @@ class Watcher:
         if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         if self.loss_where.get(kind) is None:
-            self.loss_where[kind] = user_where(4)
+            self.loss_where[kind] = user_where()
         where = self.loss_where[kind]
         if self.capture_overfit and self.overfit_capture and "loss" not in self.overfit_capture and self.steps == 0:
             self.overfit_capture.update(loss=(func, dict(kwargs)), target=target.detach().clone(), where=where)
@@ -639,10 +653,10 @@ class Watcher:
         with torch.no_grad():
             losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where)
 
-    def _hit(self, id: str, *, info: dict | None = None, where: str | None = None, where_skip: int = 2) -> None:
+    def _hit(self, id: str, *, info: dict | None = None, where: str | None = None, where_skip: int = 0) -> None:
         self.hits[id] = self.hits.get(id, 0) + 1
         if id not in self.hit_where:
-            self.hit_where[id] = where or user_where(where_skip + 1)
+            self.hit_where[id] = where or user_where()
         if info:
             self.hit_info.setdefault(id, {}).update(info)
 
@@ -670,17 +684,12 @@ class Watcher:
             return
         self.backwards += 1
         if self.backward_where is None:
-            self.backward_where = user_where(3)
+            self.backward_where = user_where()
         value = loss.detach().reshape(())
         if len(self.losses) < 200_000:
             self.losses.append(value)
             self.loss_steps.append(self.steps)
         if self._deep:
-            if self._stepped_since_backward and self._zero_sample:
-                stale = any(p.grad is not None and bool(p.grad.ne(0).any()) for p in self._zero_sample)
-                self.hits["zero-grad-checks"] = self.hits.get("zero-grad-checks", 0) + 1
-                if stale:
-                    self._hit("missing-zero-grad", where_skip=3)
             if loss.grad_fn is not None:
                 ref = weakref.ref(loss)
                 self._bw_refs.append((self.steps, ref))
@@ -692,6 +701,70 @@ class Watcher:
                 self.first_nonfinite_loss_step = self.steps
         self._stepped_since_backward = False
         self._backward_since_step += 1
+
+    def _watch_grad_clearing(self, params: list) -> None:
+        """Check that the gradient this step consumed is cleared before the optimizer uses these params again.
+
+        A tensor hook runs whenever a new gradient arrives for a parameter, *before* it is added to
+        .grad: if .grad still holds the consumed gradient, the parameter is "stale"; if .grad was
+        cleared (None or zeros), it is "fresh". The verdict is taken at the next step() of an
+        optimizer that holds the parameter, so gradient accumulation (several backward() per step)
+        and GANs (a generator backward flowing through the discriminator) stay correct.
+        """
+        for p in params:
+            pid = id(p)
+            self._zg_state[pid] = "consumed"
+            if pid in self._grad_hooks:
+                continue
+            ref = weakref.ref(p)
+
+            def hook(grad, ref=ref, pid=pid):
+                param = ref()
+                state = self._zg_state.get(pid)
+                if param is None or state not in ("consumed", "stale"):
+                    return None
+                cleared = param.grad is None or not bool(param.grad.ne(0).any())
+                if cleared:
+                    self._zg_state[pid] = "fresh"
+                elif state == "consumed":
+                    self._zg_state[pid] = "stale"
+                    self._zg_where = user_where() or self.backward_where
+                return None
+
+            self._grad_hooks[pid] = p.register_hook(hook)
+            self._zg_params[pid] = ref
+
+    def _verdict_grad_clearing(self, opt) -> None:
+        if not self._zg_state:
+            return
+        ids = self._opt_ids(opt)
+        mine = [pid for pid in self._zg_state if pid in ids]
+        if not mine:
+            return
+        stale = False
+        for pid in mine:
+            state = self._zg_state.pop(pid)
+            ref = self._zg_params.pop(pid, None)
+            handle = self._grad_hooks.pop(pid, None)
+            if handle is not None:
+                handle.remove()
+            param = ref() if ref is not None else None
+            if state == "stale" and param is not None and param.grad is not None:
+                stale = True
+        self.hits["zero-grad-checks"] = self.hits.get("zero-grad-checks", 0) + 1
+        if stale:
+            self._hit("missing-zero-grad", where=self._zg_where)
+
+    def _opt_ids(self, opt) -> set[int]:
+        key = id(opt)
+        ids = self._opt_id_cache.get(key)
+        if ids is None or len(ids) != sum(len(g["params"]) for g in opt.param_groups):
+            ids = {id(p) for g in opt.param_groups for p in g["params"]}
+            self._opt_id_cache[key] = ids
+        return ids
+
+    def backward_where_now(self) -> str | None:
+        return user_where() or self.backward_where
 
     def _on_accumulate(self, args: tuple, out: Any) -> None:
         if not isinstance(out, torch.Tensor) or not out.requires_grad:
@@ -723,7 +796,8 @@ class Watcher:
         for g in opt.param_groups:  # param groups added later with add_param_group
             self._opt_param_ids.update(id(p) for p in g["params"])
         if self.step_where is None:
-            self.step_where = user_where(2)
+            self.step_where = user_where()
+        self._verdict_grad_clearing(opt)
         if self._pending_evalmode_train is not None:
             self._hit("train-mode-missing", where=self._pending_evalmode_train)
             self._pending_evalmode_train = None
@@ -744,6 +818,9 @@ class Watcher:
                 optim.inspect_step_post(self, opt)
             except Exception:
                 pass
+        if self._deep and self._zero_sample:
+            self._watch_grad_clearing(self._zero_sample)
+        self._zero_sample = []
         self._snap = None
         self.steps += 1
         self._stepped_since_backward = True
@@ -776,7 +853,7 @@ class Watcher:
         def __init__(loader, *args, **kwargs):
             orig_init(loader, *args, **kwargs)
             try:
-                watcher.loader_sites[loader] = user_where(2)
+                watcher.loader_sites[loader] = user_where()
             except Exception:
                 pass
 

@@ -2,6 +2,7 @@
 settings, batch sizes under BatchNorm, input scale."""
 from __future__ import annotations
 
+import os
 import random
 import statistics
 
@@ -169,8 +170,10 @@ def _loader_speed(w) -> list[Finding]:
             continue
         med_wait = statistics.median(waits)
         frac = sum(waits) / max(sum(gaps), 1e-9)
-        if med_wait > 0.010 and frac > 0.5:
-            nw = getattr(p.loader, "num_workers", None)
+        nw = getattr(p.loader, "num_workers", None)
+        if nw is not None and nw >= (os.cpu_count() or 1):
+            continue  # every core already loads data: more workers cannot help
+        if med_wait > 0.020 and frac > 0.6:
             return [Finding("dataloader-bottleneck", where=p.site,
                             message=f"{frac:.0%} of each training step is spent waiting for the next batch "
                                     f"({med_wait * 1000:.1f} ms median per batch; num_workers={nw}).",
