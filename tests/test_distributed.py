@@ -95,3 +95,15 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(tmp_path):
     # 20 steps of 2x16 samples = 640 samples = 40 single-process batches of 16; 96 batches per epoch
     assert result(tmp_path)["steps"] == 20 + (96 - 40)
     assert (tmp_path / "final" / "model.safetensors").is_file()
+
+
+def test_two_nodes_on_loopback_with_static_rendezvous(tmp_path):
+    """The README's multi-node recipe, with both 'machines' on this one: one torchrun per node."""
+    port = free_port()
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={rank}",
+                               "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}",
+                               str(SCRIPT), str(tmp_path), "--epochs", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert result(tmp_path)["world_size"] == 2 and result(tmp_path)["steps"] == 1536 // 32
