@@ -263,3 +263,22 @@ def test_export_verify_predict_for_the_demo(digits_run):
     assert result["ok"] and result["max_abs_err"] < 1e-4
     assert len(result["predictions"]) == 1 and len(result["predictions"][0]["predictions"]) == 3
     assert any("no torch" in line for line in lines)
+
+
+def test_exif_orientation_is_applied_like_in_training(tmp_path):
+    from torchwise.data.imagefolder import ImageDataset
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    pixels = np.zeros((10, 20, 3), dtype=np.uint8)
+    pixels[:, :10] = 255  # left half white
+    path = tmp_path / "sideways.png"
+    Image.fromarray(pixels, mode="RGB").save(path, exif=exif)
+    meta = {"task": "image", "input_size": [3, 20, 10], "mean": [0, 0, 0], "std": [1, 1, 1],
+            "image": {"mode": "RGB", "size": 10, "center_crop": 1.0}}
+    spec = dict(preprocess_spec(meta), resize_shorter=None, size=[20, 10])
+    ours = preprocess_image(str(path), spec)
+    assert ours.shape == (3, 20, 10)  # displayed upright: 10 wide, 20 high
+    assert ours[0, :10].mean() > 0.9 and ours[0, 10:].mean() < 0.1  # the white half is now on top
+    training = ImageDataset([(str(path), 0)], lambda im: im, mode="RGB").load_image(0)
+    assert training.size == (10, 20)

@@ -44,12 +44,13 @@ def _resized_size(width: int, height: int, shorter: int) -> tuple[int, int]:
 def preprocess_image(path: str, spec: Mapping[str, Any]):
     """One image -> float32 array C x H x W, exactly as the model saw images at validation."""
     import numpy as np
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     height, width = spec["size"]
     try:
         with Image.open(path) as opened:
-            image = opened.convert(spec["mode"])
+            # Phones store portrait photos sideways with an EXIF "rotate" tag; training applied it too.
+            image = ImageOps.exif_transpose(opened).convert(spec["mode"])
     except Exception as exc:
         raise TorchwiseError("An input image cannot be read.", values={"path": path, "error": str(exc)[:200]},
                              fix="check that the file is a valid image (PNG, JPEG, ...)") from None
