@@ -123,25 +123,37 @@ def test_report_is_one_self_contained_page_with_plots(image_run):
     assert "http://" not in html_text and "https://" not in html_text  # nothing fetched when opened
 
 
-def test_resume_continues_the_run(image_folder, tmp_path):
+def test_resume_continues_an_interrupted_run(image_folder, tmp_path):
+    import shutil
+
     run_dir = tmp_path / "resumable"
-    first = run_cli("train", "--data", image_folder, "--out", run_dir, "--epochs", "1", "--batch-size", "32",
+    first = run_cli("train", "--data", image_folder, "--out", run_dir, "--epochs", "2", "--batch-size", "32",
                     "--set", "train.threads=1", "--set", "output.report=false")
     assert first.returncode == 0, first.stderr
-    steps_first = int(read_metrics(run_dir)[-1]["step"])
+    full = read_metrics(run_dir)
+    # Make it look like the process died during the second epoch: no final weights, and only the
+    # checkpoint written at the end of the first epoch.
+    shutil.rmtree(run_dir / "final")
+    checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
+    assert len(checkpoints) == 2
+    shutil.rmtree(checkpoints[-1])
 
-    again = run_cli("train", "--data", image_folder, "--out", run_dir, "--epochs", "1")
+    again = run_cli("train", "--data", image_folder, "--out", run_dir, "--epochs", "2")
     assert again.returncode == 2 and "already holds a run" in again.stderr and "--resume" in again.stderr
 
-    # No --data: --resume takes the run's own config.yaml; --epochs given now wins.
-    resumed = run_cli("train", "--out", run_dir, "--resume", "--epochs", "2", "--set", "output.report=true")
+    # No --data: --resume takes the run's own config.yaml; --set given now wins.
+    resumed = run_cli("train", "--out", run_dir, "--resume", "--set", "output.report=true")
     assert resumed.returncode == 0, resumed.stderr
-    assert "resumed from" in resumed.stdout + resumed.stderr
+    assert f"resumed from {checkpoints[0]}" in resumed.stdout + resumed.stderr
     rows = read_metrics(run_dir)
     assert [int(r["epoch"]) for r in rows] == [0, 1]
-    assert int(rows[-1]["step"]) == 2 * steps_first
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["epochs"] == 2
-    assert (run_dir / "report.html").is_file()
+    assert [r["step"] for r in rows] == [r["step"] for r in full]
+    assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "report.html").is_file()
+
+    # A cosine schedule was planned for 2 epochs: extending the run is refused with the way out.
+    longer = run_cli("train", "--out", run_dir, "--resume", "--epochs", "4")
+    assert longer.returncode == 2, longer.stderr
+    assert "planned for its original length" in longer.stderr and "--weights" in longer.stderr
 
 
 def test_csv_classification_with_missing_values(classification_csv, tmp_path):

@@ -97,15 +97,32 @@ def test_stats_are_computed_on_the_training_split_only_and_cached(tmp_path):
     assert "cached" not in prepare_task(config, tmp_path / "run").summary["normalization"]
 
 
-def test_pretrained_weights_use_pretrained_statistics(image_folder, tmp_path):
+def test_statistics_with_pretrained_weights(image_folder, tmp_path):
     from torchwise.models import build_model
 
+    # torchvision architecture + a plain weights file: the ImageNet statistics it was trained with
     weights = tmp_path / "w.pt"
-    torch.save(build_model("smallcnn", 7).state_dict(), weights)
-    config = cfg.resolve(flags={"data": str(image_folder), "weights": str(weights), "model": "smallcnn"})
+    torch.save(build_model("resnet18", 1000).state_dict(), weights)
+    config = cfg.resolve(flags={"data": str(image_folder), "weights": str(weights), "model": "resnet18"})
     task = prepare_task(config, tmp_path / "run")
     assert task.mean == list(stats.IMAGENET_MEAN) and task.std == list(stats.IMAGENET_STD)
     assert not (tmp_path / "run" / stats.STATS_FILE).exists()
+
+    # weights from an earlier torchwise run: that run's statistics
+    (tmp_path / "old" / "final").mkdir(parents=True)
+    weights = tmp_path / "old" / "final" / "model.pt"
+    torch.save(build_model("smallcnn", 3).state_dict(), weights)
+    (tmp_path / "old" / "final" / "meta.json").write_text(
+        json.dumps({"task": "image", "mean": [0.1, 0.2, 0.3], "std": [0.4, 0.5, 0.6]}))
+    config = cfg.resolve(flags={"data": str(image_folder), "weights": str(weights), "model": "smallcnn"})
+    task = prepare_task(config, tmp_path / "run2")
+    assert task.mean == [0.1, 0.2, 0.3] and task.std == [0.4, 0.5, 0.6]
+
+    # a small model with weights of unknown origin: statistics of this training split
+    weights = tmp_path / "w_small.pt"
+    torch.save(build_model("smallcnn", 3).state_dict(), weights)
+    config = cfg.resolve(flags={"data": str(image_folder), "weights": str(weights), "model": "smallcnn"})
+    assert prepare_task(config, tmp_path / "run3").summary["normalization"] == "training split"
 
 
 def test_task_dataset_yields_normalized_tensors(image_folder, tmp_path):

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"demo: open the report: {summary['report']}")
     print("\nnext, try:")
     print(f"  {python} eval --run {run_dir}")
-    print(f"  {python} train --out {run_dir} --resume --epochs 12       # continue the run")
+    print(f"  {python} train --out {run_dir} --resume        # after an interruption (Ctrl-C): continue where it stopped")
     print(f"  {python} train --data {digits} --out {out / 'run-mlp'} --model mlp --epochs 5 "
           f"--set data.hflip=false --set data.center_crop=1")
     print(f"  tensorboard --logdir {run_dir / 'tb'}")

@@ -110,6 +110,27 @@ def _check_run_dir(run_dir: Path, resume: bool) -> None:
                              fix="add --resume to continue it, or choose a new --out directory")
 
 
+def _check_resume_plan(config, run_dir: Path) -> None:
+    """A one-cycle or cosine schedule is planned for the run's total length; resuming with another
+    --epochs/--max-steps would either crash (OneCycleLR refuses to step past its total) or make
+    the learning rate jump. Say so up front instead."""
+    from torchwise import config as cfg
+
+    saved_path = run_dir / "config.yaml"
+    if not config.train.resume or not saved_path.is_file():
+        return
+    saved = cfg.load_yaml(saved_path).train
+    now = config.train
+    changed = {key: f"{getattr(saved, key)} -> {getattr(now, key)}" for key in ("epochs", "max_steps")
+               if getattr(saved, key) != getattr(now, key)}
+    if changed and saved.scheduler in ("onecycle", "cosine"):
+        raise TorchwiseError(
+            f"This run's {saved.scheduler} learning-rate schedule was planned for its original length.",
+            values={"run": str(run_dir), "changed": changed, "scheduler": saved.scheduler},
+            fix="resume with the original length (drop these flags), or train longer as a new run starting "
+                f"from this one: --weights {run_dir / 'final' / 'model.safetensors'} --out NEW_RUNDIR")
+
+
 def _with_absolute_paths(config):
     """The saved config names files absolutely, so `--resume` and `eval` work from any directory."""
     import dataclasses
@@ -142,6 +163,7 @@ def train_run(config, *, log=print) -> dict[str, Any]:
                              fix="pass --out RUNDIR (where checkpoints, metrics and the report go)")
     run_dir = Path(config.output.dir)
     _check_run_dir(run_dir, config.train.resume)
+    _check_resume_plan(config, run_dir)
     started = time.perf_counter()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)

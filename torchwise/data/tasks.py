@@ -98,7 +98,11 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
     cache = imagefolder.convert_cache(scan.cache, mode)
     stat_tf = transforms.stats_transform(side, center_crop=d.center_crop)
 
-    if config.model.weights:
+    source_stats = _stats_of_weights(config.model.weights, channels)
+    if source_stats is not None:
+        mean, std = source_stats
+        stats_source = "the run the --weights come from"
+    elif config.model.weights and model_name not in ("smallcnn", "mlp") and ":" not in model_name:
         mean, std = stats.pretrained_stats(channels)
         stats_source = "pretrained (ImageNet) statistics, because --weights is used"
     else:
@@ -132,6 +136,25 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
         meta_extra={"image": {"mode": mode, "size": side, "center_crop": d.center_crop}},
         val_image=val_ds.load_image, val_ids=[p for p, _ in scan.val],
     )
+
+
+def _stats_of_weights(weights: str | None, channels: int) -> tuple[list[float], list[float]] | None:
+    """Pretrained weights expect inputs normalized as in their own training: when the file comes
+    from a torchwise run (RUN/final/model.safetensors, RUN/checkpoints/step-N/...), use that run's
+    mean/std; otherwise None (the caller decides)."""
+    if not weights:
+        return None
+    for folder in list(Path(weights).resolve().parents)[:3]:
+        for meta_path in (folder / "meta.json", folder / "final" / "meta.json"):
+            if meta_path.is_file():
+                try:
+                    meta = json.loads(meta_path.read_text())
+                except ValueError:
+                    return None
+                if meta.get("task") == "image" and len(meta.get("mean") or []) == channels:
+                    return list(meta["mean"]), list(meta["std"])
+                return None
+    return None
 
 
 # ----------------------------------------------------------------------------- tables
