@@ -221,10 +221,24 @@ def test_local_pretrained_weights_with_frozen_backbone(image_folder, tmp_path):
     assert int(read_metrics(run_dir)[-1]["step"]) == 3
 
 
-def test_show_config_prints_resolved_config_without_training(tmp_path, capsys):
+def test_show_config_merges_yaml_flags_and_set_without_training(tmp_path, capsys):
     from torchwise.cli.main import main
 
-    assert main(["train", "--data", "x", "--out", str(tmp_path / "r"), "--lr", "0.1", "--show-config"]) == 0
+    (tmp_path / "run.yaml").write_text("train:\n  lr: 0.5\n  epochs: 3\nmodel:\n  name: resnet18\n")
+    argv = ["train", "--config", str(tmp_path / "run.yaml"), "--data", "x", "--out", str(tmp_path / "r"),
+            "--lr", "0.1", "--set", "model.freeze_backbone=true", "--show-config"]
+    assert main(argv) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
-    assert shown["train"]["lr"] == 0.1 and shown["data"]["path"] == "x"
+    assert shown["train"]["lr"] == 0.1 and shown["train"]["epochs"] == 3 and shown["data"]["path"] == "x"
+    assert shown["model"] == {"name": "resnet18", "weights": None, "freeze_backbone": True}
     assert not (tmp_path / "r").exists()
+
+
+def test_cli_modules_import_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = ("import sys, torchwise.cli.train, torchwise.cli.eval, torchwise.cli.demo, torchwise.config; "
+            "print(sorted(m for m in ('torch', 'torchvision', 'matplotlib', 'numpy', 'PIL') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
