@@ -391,3 +391,38 @@ def test_resuming_with_other_data(tmp_path):
     with pytest.raises(TorchwiseError, match="training data differ"):
         torchwise.Trainer(mlp(), sgd(), train_data=make_data(n=100), max_epochs=2, progress=False,
                           out_dir=tmp_path, resume=True).fit()
+
+
+def test_progress_bar_with_loss_and_lr_on_a_terminal(tmp_path):
+    import pty
+
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        from torch.utils.data import TensorDataset
+        import torchwise
+        x = torch.randn(64, 4); y = (x.sum(1) > 0).long()
+        torchwise.Trainer(nn.Linear(4, 2), train_data=TensorDataset(x, y), max_epochs=3, batch_size=16).fit()
+    """))
+    import fcntl
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:  # child: stdout and stderr are the pseudo-terminal, 100 x 24 like a real one
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+        os.execv(sys.executable, [sys.executable, str(script)])
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    _, status = os.waitpid(pid, 0)
+    text = b"".join(chunks).decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "\r" in text and "12/12" in text and "loss=" in text and "lr=" in text
