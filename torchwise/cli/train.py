@@ -156,6 +156,7 @@ def train_run(config, *, log=print) -> dict[str, Any]:
     from torchwise.data.tasks import prepare_task
     from torchwise.models import build_model
     from torchwise.train.early_stop import EarlyStopping
+    from torchwise.train.reproducibility import seed_everything
     from torchwise.train.trainer import Trainer
 
     if not config.output.dir:
@@ -177,9 +178,12 @@ def train_run(config, *, log=print) -> dict[str, Any]:
     meta = task.meta()
     meta["data_path"] = str(Path(config.data.path).resolve())
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
-
-    model = build_model(**{k: v for k, v in task.model_kwargs.items()}, weights=config.model.weights)
     t = config.train
+
+    # The weights are initialized here, before the Trainer seeds anything: seed now, or the same
+    # --seed would give a different model on every run.
+    seed_everything(t.seed)
+    model = build_model(**task.model_kwargs, weights=config.model.weights)
     trainer = Trainer(
         model, optimizer=_optimizer_factory(t), train_data=task.train, val_data=task.val,
         task=task.problem, max_epochs=t.epochs, max_steps=t.max_steps, batch_size=t.batch_size,
