@@ -582,7 +582,12 @@ class Watcher:
         if self.capture_overfit and self.overfit_capture is None and is_train_fwd and self.steps == 0:
             import copy
             try:
-                self.overfit_capture = {"model": copy.deepcopy(module), "args": tuple(
+                clone = copy.deepcopy(module, memo={id(self): self})  # our hooks must not drag the watcher along
+                for m in clone.modules():
+                    for hooks in (m._forward_pre_hooks, m._forward_hooks):
+                        for key in [k for k, h in hooks.items() if getattr(h, "__self__", None) is self]:
+                            del hooks[key]
+                self.overfit_capture = {"model": clone, "args": tuple(
                     a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)}
             except Exception:
                 self.overfit_capture = {}

@@ -187,10 +187,11 @@ def _pin_memory(w) -> list[Finding]:
     on_cpu = all(next(r.module.parameters()).device.type == "cpu" for r in w.roots.values())
     if not on_cpu:
         return []
-    for p in w.passes:
-        if getattr(p.loader, "pin_memory", False):
-            return [Finding("pin-memory-misuse", where=p.site,
-                            message="A DataLoader has pin_memory=True, but the model trains on the CPU "
-                                    f"(its parameters are on {next(next(iter(w.roots.values())).module.parameters()).device}).",
-                            evidence={"pin_memory": True, "model_device": "cpu"})]
+    pinned = [p for p in w.passes if getattr(p.loader, "pin_memory", False)]
+    if pinned:
+        batches = sum(p.n_batches for p in pinned)
+        return [Finding("pin-memory-misuse", where=pinned[0].site,
+                        message=f"A DataLoader with pin_memory=True produced {batches} batches in {len(pinned)} "
+                                "pass(es), but every model parameter is on the CPU: there is no GPU copy to speed up.",
+                        evidence={"pin_memory": True, "model_device": "cpu", "batches": batches})]
     return []

@@ -97,8 +97,9 @@ def decide(w, ls: dict) -> list[Finding]:
         h["loss-retains-graph"] = len(alive)
     if h.get("loss-retains-graph"):
         how = w.hit_info.get("loss-retains-graph", {}).get("how")
-        msg = ("Loss tensors that already went through backward() are added into a running total that requires "
-               "grad, so every step's graph stays in memory." if how != "kept alive" else
+        msg = (f"At {h['loss-retains-graph']} of {w.steps} steps, a loss tensor that already went through backward() "
+               "was added into a running total that requires grad, so every step's graph stays in memory."
+               if how != "kept alive" else
                f"{len(alive)} loss tensors from earlier steps are still alive with their graphs (stored in a list "
                "or an attribute).")
         out.append(Finding("loss-retains-graph", where=w.hit_where.get("loss-retains-graph"), message=msg,

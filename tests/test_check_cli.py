@@ -1,0 +1,74 @@
+"""`torchwise check` through the real command line, in a subprocess, as a user runs it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ZOO = Path(__file__).parent / "check_zoo"
+
+
+def check(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "torchwise", "check", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=cwd)
+
+
+def test_buggy_script_through_the_cli_with_report(tmp_path):
+    report = tmp_path / "r.json"
+    script = ZOO / "buggy" / "validate_without_eval.py"
+    proc = check("--report", str(report), "--", sys.executable, str(script))
+    assert proc.returncode == 1, proc.stderr
+    assert "eval-mode-missing" in proc.stderr and "fix:" in proc.stderr
+    data = json.loads(report.read_text())
+    assert data["steps"] > 0 and isinstance(data["findings"], list)
+    f = data["findings"][0]
+    assert {"id", "severity", "message", "where", "evidence", "fix"} <= set(f)
+    assert f["id"] == "eval-mode-missing" and f["where"].rsplit(":", 1)[0].endswith(script.name)
+
+
+def test_more_buggy_scripts_through_the_cli(tmp_path):
+    for name, want in [("digits_no_zero_grad.py", "missing-zero-grad"), ("csv_with_missing_values.py", "nonfinite-input"),
+                       ("sorted_by_label.py", "no-shuffle")]:
+        report = tmp_path / f"{name}.json"
+        proc = check("--report", str(report), "--", "python", str(ZOO / "buggy" / name))
+        assert proc.returncode == 1, proc.stderr
+        assert want in [f["id"] for f in json.loads(report.read_text())["findings"]]
+
+
+def test_correct_script_exits_0_with_the_short_form(tmp_path):
+    proc = check(str(ZOO / "correct" / "mlp_digits.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert "no silent mistakes found" in proc.stderr
+    assert "val acc" in proc.stdout  # the script's own output is untouched
+
+
+def test_failing_script_exits_2_with_traceback_and_translation(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n"
+        "model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(256, 10))\n"
+        "x = torch.randn(8, 1, 12, 12)\n"
+        "loss = model(x).sum()\n")
+    proc = check("--", "python", str(script), "--some-arg")
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and "mat1 and mat2 shapes cannot be multiplied" in proc.stderr
+    assert "what happened" in proc.stderr and "nn.Linear(400, 10)" in proc.stderr
+
+
+def test_overfit_one_batch_flag(tmp_path):
+    report = tmp_path / "r.json"
+    proc = check("--overfit", "--report", str(report), str(ZOO / "buggy" / "softmax_in_model.py"))
+    assert proc.returncode == 1
+    data = json.loads(report.read_text())
+    assert data["overfit"]["ok"] is False
+    assert {"softmax-before-loss", "cannot-overfit-batch"} <= {f["id"] for f in data["findings"]}
+    assert "overfit-one-batch" in proc.stderr and "FAILED" in proc.stderr
+
+
+def test_missing_script_is_a_user_error(tmp_path):
+    proc = check(str(tmp_path / "nope.py"))
+    assert proc.returncode == 2
+    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr

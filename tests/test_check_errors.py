@@ -1,0 +1,67 @@
+"""Readable errors: real PyTorch crashes translated into what happened and the fix."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from torchwise.diagnose.errors import translate
+
+
+def error_of(fn) -> BaseException:
+    with pytest.raises(BaseException) as info:
+        fn()
+    return info.value
+
+
+def test_linear_in_features_mismatch_gives_the_right_number():
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(256, 10))
+    text = translate(error_of(lambda: model(torch.randn(2, 1, 12, 12))))
+    assert "expects 256 input features but gets 400" in text and "nn.Linear(400, 10)" in text
+
+
+def test_target_out_of_bounds():
+    text = translate(error_of(lambda: nn.functional.cross_entropy(torch.randn(4, 10), torch.tensor([1, 2, 10, 3]))))
+    assert "label 10" in text and "y = y - 1" in text
+
+
+def test_dtype_mismatch():
+    text = translate(error_of(lambda: nn.Linear(3, 2)(torch.randn(4, 3, dtype=torch.float64))))
+    assert "dtype" in text and ".float()" in text
+
+
+def test_device_mismatch_message():
+    exc = RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                       "cuda:0 and cpu! (when checking argument for argument mat1 in method wrapper_addmm)")
+    text = translate(exc)
+    assert "cuda:0 and cpu" in text and "model.to(device)" in text
+
+
+def test_out_of_memory_lists_remedies_in_order():
+    text = translate(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    lines = [line.strip() for line in text.splitlines()]
+    order = [next(i for i, s in enumerate(lines) if s.startswith(f"{k}.")) for k in range(1, 7)]
+    assert order == sorted(order) and "batch_size" in lines[order[0]]
+
+
+def test_state_dict_module_prefix():
+    model = nn.Linear(2, 2)
+    state = {"module." + k: v for k, v in model.state_dict().items()}
+    text = translate(error_of(lambda: model.load_state_dict(state)))
+    assert "'module.'" in text and 'removeprefix("module.")' in text
+
+
+def test_backward_without_graph_and_second_backward_and_bn_batch_of_one():
+    w = nn.Linear(2, 1)
+    with torch.no_grad():
+        loss = w(torch.randn(3, 2)).sum()
+    assert "not connected to any trainable parameter" in translate(error_of(loss.backward))
+    loss = (w(torch.randn(3, 2)) ** 2).sum()
+    loss.backward()
+    assert ".item()" in translate(error_of(loss.backward))
+    bn = nn.BatchNorm1d(4)
+    assert "drop_last=True" in translate(error_of(lambda: bn(torch.randn(1, 4))))
+
+
+def test_unknown_error_is_not_translated():
+    assert translate(ValueError("something else")) is None

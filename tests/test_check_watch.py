@@ -1,0 +1,98 @@
+"""torchwise.watch() in a user's own loop, and the Watcher API the Trainer drives."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import torchwise
+from torchwise.diagnose.sanity import overfit_one_batch
+from torchwise.diagnose.watch import Watcher
+
+
+def data(n=640, d=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    return x, (x[:, 0] + x[:, 1] > 0).long()
+
+
+def test_watch_context_manager_finds_missing_zero_grad_and_cleans_up():
+    x, y = data()
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    original_backward = torch.autograd.backward
+    with torchwise.watch(print_findings=False) as w:
+        for xb, yb in DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True):
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+    assert "missing-zero-grad" in [f.id for f in w.findings()]
+    assert torch.autograd.backward is original_backward
+    assert not torch._C._is_torch_function_mode_enabled()
+
+
+def test_watch_with_a_given_model_sees_eval_mode_missing():
+    x, y = data()
+    model = nn.Sequential(nn.Linear(10, 32), nn.Dropout(0.3), nn.ReLU(), nn.Linear(32, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with torchwise.watch(model, opt, print_findings=False) as w:
+        for i in range(0, 600, 30):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[i:i + 30]), y[i:i + 30]).backward()
+            opt.step()
+        with torch.no_grad():
+            model(x[600:])
+    assert [f.id for f in w.findings()] == ["eval-mode-missing"]
+    assert not model._forward_pre_hooks and not opt._optimizer_step_pre_hooks
+
+
+def _trainer_style_loop(model, loss_fn, steps=60, zero_grad=True):
+    """How the Trainer drives a Watcher: local hooks, loss_scope, observe_backward, phase."""
+    x, y = data()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    w = Watcher(deep_first=5, deep_every=10)
+    w.attach(model, opt)
+    w.phase("train")
+    for step in range(steps):
+        i = (step * 32) % 608
+        if zero_grad:
+            opt.zero_grad()
+        out = model(x[i:i + 32])
+        with w.loss_scope():
+            loss = loss_fn(out, y[i:i + 32])
+        w.observe_backward(loss)
+        loss.backward()
+        opt.step()
+    w.detach()
+    return w
+
+
+def test_watcher_api_for_the_trainer_catches_softmax_before_loss():
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2), nn.Softmax(dim=1))
+    w = _trainer_style_loop(model, nn.CrossEntropyLoss())
+    ids = [f.id for f in w.findings()]
+    assert "softmax-before-loss" in ids
+    assert not model._forward_pre_hooks and not any(m._forward_hooks for m in model.modules())
+
+
+def test_watcher_api_for_the_trainer_catches_missing_zero_grad():
+    w = _trainer_style_loop(nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 2)), nn.CrossEntropyLoss(),
+                            zero_grad=False)
+    assert "missing-zero-grad" in [f.id for f in w.findings()]
+
+
+def test_watcher_api_for_the_trainer_is_quiet_on_a_correct_loop():
+    w = _trainer_style_loop(nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2)), nn.CrossEntropyLoss(),
+                            steps=120)
+    assert w.findings() == []
+    assert w.report()["steps"] == 120
+
+
+def test_overfit_one_batch_passes_for_a_working_model_and_fails_for_a_broken_one():
+    x, y = data(n=64)
+    good = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 2))
+    r = overfit_one_batch(good, x, y, nn.functional.cross_entropy)
+    assert r["ok"] and r["final_loss"] < 0.05 * r["initial_loss"]
+    broken = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 2), nn.Softmax(dim=1))
+    r = overfit_one_batch(broken, x, y, nn.functional.cross_entropy)
+    assert not r["ok"] and r["final_loss"] > 0.3
+    assert all(p.grad is None for p in good.parameters())  # the user's model is not touched
