@@ -149,6 +149,7 @@ def test_resume_continues_an_interrupted_run(image_folder, tmp_path):
     assert [int(r["epoch"]) for r in rows] == [0, 1]
     assert [r["step"] for r in rows] == [r["step"] for r in full]
     assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "report.html").is_file()
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["resume"] is False
 
     # A cosine schedule was planned for 2 epochs: extending the run is refused with the way out.
     longer = run_cli("train", "--out", run_dir, "--resume", "--epochs", "4")

@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     print("\nnext, try:")
     print(f"  {python} eval --run {run_dir}")
     print(f"  {python} train --out {run_dir} --resume        # after an interruption (Ctrl-C): continue where it stopped")
-    print(f"  {python} train --data {digits} --out {out / 'run-mlp'} --model mlp --epochs 5 "
-          f"--set data.hflip=false --set data.center_crop=1")
+    print(f"  {python} train --config {run_dir / 'config.yaml'} --model mlp --out {out / 'run-mlp'}"
+          "   # same settings, another model")
     print(f"  tensorboard --logdir {run_dir / 'tb'}")
     print("  your own data: torchwise train --data FOLDER_OF_CLASS_FOLDERS --out runs/mine"
           "   (or --data table.csv --target COLUMN)")

@@ -12,6 +12,7 @@ checkpoints/ and final/; then eval.json and report.html.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -133,8 +134,6 @@ def _check_resume_plan(config, run_dir: Path) -> None:
 
 def _with_absolute_paths(config):
     """The saved config names files absolutely, so `--resume` and `eval` work from any directory."""
-    import dataclasses
-
     data = dataclasses.replace(config.data, path=str(Path(config.data.path).resolve()) if config.data.path else None)
     model = dataclasses.replace(config.model,
                                 weights=str(Path(config.model.weights).resolve()) if config.model.weights else None)
@@ -171,7 +170,9 @@ def train_run(config, *, log=print) -> dict[str, Any]:
     progress = _progress_enabled(config.output.progress)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = _with_absolute_paths(config)
-    config.save(run_dir / "config.yaml")
+    # `resume` is what this invocation does, not a property of the run: a saved `resume: true`
+    # would make `--config RUN/config.yaml` fail for a new run.
+    dataclasses.replace(config, train=dataclasses.replace(config.train, resume=False)).save(run_dir / "config.yaml")
 
     task = prepare_task(config, run_dir, progress=progress)
     _log_data(task, log)
