@@ -32,27 +32,25 @@ def inspect_step_pre(w, opt) -> None:
         for name, p in info.module.named_parameters():
             if p.requires_grad and p.grad is not None and id(p) not in w._opt_param_ids:
                 w.not_in_opt.setdefault(id(p), (info.label + "." + name, w.step_where))
+    gn_l: list[float] = []
     if with_grad:
-        grads = [p.grad for p in with_grad]
-        gn = torch.stack(torch._foreach_norm(grads)).float()
+        gn = torch.stack(torch._foreach_norm([p.grad for p in with_grad])).float()
         wn = torch.stack(torch._foreach_norm([p.detach() for p in with_grad])).float()
-        stats = torch.stack([gn.norm(), gn.max()]).tolist()
-        total, gmax = stats
-        # zero-initialised tensors (a common choice for last layers) have no meaningful ratio yet
-        mats = [i for i, p in enumerate(with_grad) if p.dim() >= 2 and float(wn[i]) > 1e-6]
-        rel = (gn / wn.clamp_min(1e-12))
+        gn_l, wn_l = torch.stack([gn, wn]).tolist()  # one device sync for all the numbers
+        total = math.sqrt(sum(g * g for g in gn_l))
         rec = {"step": w.steps, "total_norm": total, "finite": math.isfinite(total)}
-        if mats:
-            relm = rel[mats]
-            vals = torch.stack([relm.max(), relm[0], relm[-1]]).tolist()
-            rec.update(max_rel=vals[0], first_rel=vals[1], last_rel=vals[2], n_mats=len(mats))
+        # zero-initialised tensors (a common choice for last layers) have no meaningful ratio yet
+        rel = [gn_l[i] / wn_l[i] for i, p in enumerate(with_grad) if p.dim() >= 2 and wn_l[i] > 1e-6]
+        if rel:
+            rec.update(max_rel=max(rel), first_rel=rel[0], last_rel=rel[-1], n_mats=len(rel))
         w.grad_records.append(rec)
-        # a few parameters that have a gradient now: after step() they must be cleared before the next backward
-        order = sorted(range(len(with_grad)), key=lambda i: -float(gn[i]) if math.isfinite(float(gn[i])) else 0)
-        w._zero_sample = [with_grad[i] for i in order[:3] if float(gn[i]) > 0]
-    # snapshot for the update size
+        # parameters that have a gradient now: it must be cleared before the optimizer uses them again
+        order = sorted((i for i in range(len(with_grad)) if math.isfinite(gn_l[i]) and gn_l[i] > 0),
+                       key=lambda i: -gn_l[i])
+        w._zero_sample = [with_grad[i] for i in order[:3]]
+    # snapshot for the update size (only tensors that move: frozen or gradient-less ones would dilute it)
     budget, snap = _SNAP_LIMIT, []
-    moving = [p for i, p in enumerate(with_grad) if float(gn[i]) > 0] if with_grad else []
+    moving = [p for i, p in enumerate(with_grad) if gn_l[i] > 0]
     for p in sorted(moving, key=lambda t: -t.numel()):
         if p.numel() <= budget:
             snap.append((p, p.detach().clone()))
