@@ -151,12 +151,9 @@ def train_run(config, *, log=print) -> dict[str, Any]:
     """Train, evaluate and report one run described by a resolved RunConfig; returns a summary."""
     import torch
 
-    from torchwise.cli.eval import evaluate_outputs, worst_examples
     from torchwise.data.tasks import prepare_task
     from torchwise.models import build_model
-    from torchwise.train.early_stop import EarlyStopping
     from torchwise.train.reproducibility import seed_everything
-    from torchwise.train.trainer import Trainer
 
     if not config.output.dir:
         raise TorchwiseError("No run directory given.", values={"output.dir": None},
@@ -167,25 +164,44 @@ def train_run(config, *, log=print) -> dict[str, Any]:
     started = time.perf_counter()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
-    progress = _progress_enabled(config.output.progress)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = _with_absolute_paths(config)
     # `resume` is what this invocation does, not a property of the run: a saved `resume: true`
     # would make `--config RUN/config.yaml` fail for a new run.
     dataclasses.replace(config, train=dataclasses.replace(config.train, resume=False)).save(run_dir / "config.yaml")
 
-    task = prepare_task(config, run_dir, progress=progress)
+    task = prepare_task(config, run_dir, progress=_progress_enabled(config.output.progress))
     _log_data(task, log)
-    meta = task.meta()
-    meta["data_path"] = str(Path(config.data.path).resolve())
+    meta = {**task.meta(), "data_path": str(Path(config.data.path).resolve())}
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
-    t = config.train
 
     # The weights are initialized here, before the Trainer seeds anything: seed now, or the same
     # --seed would give a different model on every run.
-    seed_everything(t.seed)
+    seed_everything(config.train.seed)
     model = build_model(**task.model_kwargs, weights=config.model.weights)
-    trainer = Trainer(
+    trainer = _make_trainer(config, task, model, run_dir, meta)
+    fit_started = time.perf_counter()
+    result = trainer.fit()
+    timing = _timing(result, time.perf_counter() - fit_started, config, task, trainer)
+
+    evaluation, worst = _evaluate(trainer, task, meta, run_dir, config.output.worst_examples)
+    report_path = None
+    if config.output.report:
+        timing["run_time_s"] = round(time.perf_counter() - started, 2)
+        report_path = _report(run_dir, config, task, evaluation, worst, timing)
+    timing["run_time_s"] = round(time.perf_counter() - started, 2)
+    summary = {"run_dir": str(run_dir), "evaluation": evaluation, "timing": timing,
+               "report": str(report_path) if report_path else None, "final": str(result.final_path)}
+    _log_result(summary, log)
+    return summary
+
+
+def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
+    from torchwise.train.early_stop import EarlyStopping
+    from torchwise.train.trainer import Trainer
+
+    t = config.train
+    return Trainer(
         model, optimizer=_optimizer_factory(t), train_data=task.train, val_data=task.val,
         task=task.problem, max_epochs=t.epochs, max_steps=t.max_steps, batch_size=t.batch_size,
         accumulate=t.accumulate, clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
@@ -195,42 +211,44 @@ def train_run(config, *, log=print) -> dict[str, Any]:
         early_stopping=EarlyStopping(patience=t.early_stopping) if t.early_stopping else None,
         num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta,
     )
-    fit_started = time.perf_counter()
-    result = trainer.fit()
-    train_time = time.perf_counter() - fit_started
+
+
+def _timing(result, train_time: float, config, task, trainer) -> dict[str, Any]:
+    import torch
+
+    t = config.train
+    steps_now = result.steps - _step_of(result.resumed_from)
+    # Every batch is full except the last of each epoch, so this overcounts by less than one batch per epoch.
+    samples = min(steps_now * t.batch_size * t.accumulate, max(1, result.epochs) * len(task.train)) if steps_now else 0
+    return {"train_time_s": round(train_time, 2), "steps": result.steps, "steps_this_session": steps_now,
+            "epochs": result.epochs, "samples_per_s": round(samples / train_time, 1) if train_time > 0 else None,
+            "steps_per_s": round(steps_now / train_time, 2) if train_time > 0 else None,
+            "stopped_early": result.stopped_early, "skipped_steps": result.skipped_steps,
+            "device": str(trainer.device), "threads": torch.get_num_threads()}
+
+
+def _evaluate(trainer, task, meta: dict[str, Any], run_dir: Path, n_worst: int):
+    """Validation metrics of the final weights (the same functions `torchwise eval` uses) -> eval.json."""
+    from torchwise.cli.eval import evaluate_outputs, worst_examples
 
     outputs, targets = trainer.predict(task.val)
     evaluation = evaluate_outputs(outputs, targets, meta)
     worst = []
     if task.problem == "classification":
-        worst = worst_examples(outputs, targets, task.val_ids, task.class_names, config.output.worst_examples)
+        worst = worst_examples(outputs, targets, task.val_ids, task.class_names, n_worst)
     (run_dir / "eval.json").write_text(json.dumps({**evaluation, "worst": worst, "data": task.summary}, indent=2))
+    return evaluation, worst
 
-    steps_now = result.steps - _step_of(result.resumed_from)
-    samples = min(steps_now * t.batch_size * t.accumulate, max(1, result.epochs) * len(task.train)) \
-        if steps_now else 0
-    timing = {"train_time_s": round(train_time, 2), "steps": result.steps, "steps_this_session": steps_now,
-              "epochs": result.epochs, "samples_per_s": round(samples / train_time, 1) if train_time > 0 else None,
-              "steps_per_s": round(steps_now / train_time, 2) if train_time > 0 else None,
-              "stopped_early": result.stopped_early, "skipped_steps": result.skipped_steps,
-              "device": str(trainer.device), "threads": torch.get_num_threads()}
-    report_path = None
-    if config.output.report:
-        from torchwise.report.html import write_report
-        from torchwise.report.plots import thumbnail_png
 
-        for item in worst:
-            if task.val_image is not None:
-                item["png"] = thumbnail_png(task.val_image(item["index"]))
-        timing["run_time_s"] = round(time.perf_counter() - started, 2)
-        report_path = write_report(run_dir, title=f"torchwise run: {run_dir.name}", summary=task.summary,
-                                   evaluation=evaluation, class_names=task.class_names, worst=worst,
-                                   timing=timing, config=config.to_dict())
-    timing["run_time_s"] = round(time.perf_counter() - started, 2)
-    summary = {"run_dir": str(run_dir), "evaluation": evaluation, "timing": timing,
-               "report": str(report_path) if report_path else None, "final": str(result.final_path)}
-    _log_result(summary, log)
-    return summary
+def _report(run_dir: Path, config, task, evaluation, worst, timing) -> Path:
+    from torchwise.report.html import write_report
+    from torchwise.report.plots import thumbnail_png
+
+    if task.val_image is not None:
+        worst = [{**item, "png": thumbnail_png(task.val_image(item["index"]))} for item in worst]
+    return write_report(run_dir, title=f"torchwise run: {run_dir.name}", summary=task.summary,
+                        evaluation=evaluation, class_names=task.class_names, worst=worst,
+                        timing=timing, config=config.to_dict())
 
 
 def _log_data(task, log) -> None:
