@@ -214,6 +214,7 @@ class TabularData:
         summary: dict[str, Any] = {"kind": "CSV table", "root": self.path, "target": self.target,
                                    "problem": self.problem, "features": len(self.mean),
                                    "train_rows": len(self.train_rows), "val_rows": len(self.val_rows),
+                                   "missing_values": self.encoder.missing,
                                    "skipped": [], **self.notes}
         if self.problem == "classification":
             import numpy as np
