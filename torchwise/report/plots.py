@@ -115,11 +115,13 @@ def per_class_png(per_class: Sequence[dict[str, Any]]) -> bytes:
     width = 0.4
     ax.bar([i - width / 2 for i in range(n)], [row["precision"] for row in per_class], width, label="precision")
     ax.bar([i + width / 2 for i in range(n)], [row["recall"] for row in per_class], width, label="recall")
-    ax.set_xticks(range(n), names, rotation=45 if n > 8 else 0, ha="right" if n > 8 else "center")
-    ax.set_ylim(0, 1.05)
+    tilt = n > 8 and max(len(name) for name in names) > 3
+    ax.set_xticks(range(n), names, rotation=45 if tilt else 0, ha="right" if tilt else "center")
+    ax.set_ylim(0, 1.2)  # headroom so the legend never covers a bar
+    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_title("per-class precision and recall (validation)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper right", ncol=2)
     return _png(fig)
 
 
