@@ -107,3 +107,38 @@ def test_two_nodes_on_loopback_with_static_rendezvous(tmp_path):
     outputs = [node.communicate(timeout=240) for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs
     assert result(tmp_path)["world_size"] == 2 and result(tmp_path)["steps"] == 1536 // 32
+
+
+def test_fsdp_trains_like_ddp(two_rank_run, tmp_path):
+    ddp_dir, _ = two_rank_run
+    proc = torchrun(2, tmp_path, "--batch", "16", "--strategy", "fsdp")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fsdp, ddp = load_file(str(tmp_path / "final" / "model.safetensors")), load_file(str(ddp_dir / "final" / "model.safetensors"))
+    assert set(fsdp) == set(ddp)
+    for key in ddp:
+        torch.testing.assert_close(fsdp[key], ddp[key], rtol=1e-4, atol=1e-5)
+    assert result(tmp_path)["history"][-1]["val_acc"] == pytest.approx(result(ddp_dir)["history"][-1]["val_acc"], abs=0.02)
+
+
+def test_fsdp_sharded_checkpoint_resumes_on_two_ranks_and_on_one_process(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    killed = torchrun(2, run, "--epochs", "1", "--checkpoint-every", "10", "--strategy", "fsdp",
+                      "--die-rank", "1", "--die-step", "25")
+    assert killed.returncode != 0
+    ckpt = run / "checkpoints" / "step-000000020"
+    assert (ckpt / "COMPLETE").is_file() and any((ckpt / "sharded").glob("*.distcp"))  # one file per rank
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    again = torchrun(2, run, "--epochs", "1", "--checkpoint-every", "10", "--strategy", "fsdp", "--resume")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert result(run)["steps"] == 48
+    # one plain process loads the 2-rank shards (resharded by torch.distributed.checkpoint): with nothing
+    # left to train, its final weights are exactly the checkpoint's
+    single_proc = single(copy, "--epochs", "1", "--max-steps", "20", "--resume")
+    assert single_proc.returncode == 0, single_proc.stderr
+    saved = load_file(str(copy / "checkpoints" / "step-000000020" / "model.safetensors"))
+    loaded = load_file(str(copy / "final" / "model.safetensors"))
+    assert all(torch.equal(loaded[k], saved[k]) for k in saved)
+    assert result(copy)["history"][-1]["val_acc"] > 0.5

@@ -61,13 +61,18 @@ def model_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, Any] | None = None) -> Path:
     """Write the model's weights as safetensors (atomically). `metadata` values are stored as JSON strings."""
+    return save_state_dict(model_state_dict(model), path, metadata)
+
+
+def save_state_dict(state: Mapping[str, torch.Tensor], path: str | Path,
+                    metadata: Mapping[str, Any] | None = None) -> Path:
     from safetensors.torch import save_file
 
     from torchwise.train.checkpoint import atomic_write_path
 
     path = Path(path)
     meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
-    tensors = {k: v.cpu() for k, v in model_state_dict(model).items()}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in strip_wrapper_prefixes(state).items()}
     with atomic_write_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=meta or None)
     return path

@@ -41,6 +41,8 @@ def main():
     p.add_argument("--die-step", type=int)
     p.add_argument("--checkpoint-every", type=int)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--strategy", default="auto")
+    p.add_argument("--max-steps", type=int)
     args = p.parse_args()
     rank = int(os.environ.get("RANK", 0))
     calls = {"n": 0}
@@ -55,16 +57,18 @@ def main():
     train, val = data()
     net = model()
     trainer = torchwise.Trainer(net, lambda ps: torch.optim.SGD(ps, lr=0.2, momentum=0.9), loss_fn,
-                                train_data=train, val_data=val, batch_size=args.batch, max_epochs=args.epochs,
+                                train_data=train, val_data=val, batch_size=args.batch, max_epochs=args.epochs, max_steps=args.max_steps,
                                 out_dir=args.out_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                                progress=True, dist_timeout_s=60)
+                                progress=True, dist_timeout_s=60, strategy=args.strategy)
     if args.die_rank is not None:
         def die(step, **_):
             if rank == args.die_rank and step == args.die_step:
                 os.kill(os.getpid(), signal.SIGKILL)
         trainer.on("step_end", die)
     result = trainer.fit()
-    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, os.path.join(args.out_dir, f"rank{rank}.safetensors"))
+    if args.strategy != "fsdp":  # under FSDP each rank holds only shards; final/ has the gathered weights
+        save_file({k: v.contiguous() for k, v in net.state_dict().items()},
+                  os.path.join(args.out_dir, f"rank{rank}.safetensors"))
     if rank == 0:
         with open(os.path.join(args.out_dir, "result.json"), "w") as fh:
             json.dump({"steps": result.steps, "skipped": result.skipped_steps, "history": result.history,

@@ -56,15 +56,28 @@ def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:09d}"
 
 
-def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor], state: dict[str, Any]) -> Path:
-    from safetensors.torch import save_file
-
+def begin_checkpoint(root: Path, step: int) -> Path:
+    """The temporary directory a checkpoint is written into (shared by all ranks of a sharded run)."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / checkpoint_name(step)
-    tmp = root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
+    tmp = pending_path(root, step)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    return tmp
+
+
+def pending_path(root: Path, step: int) -> Path:
+    return root / f".tmp-{checkpoint_name(step)}"
+
+
+def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor], state: dict[str, Any],
+                    tmp: Path | None = None) -> Path:
+    """Write weights + state into `tmp` (begin_checkpoint's, possibly holding shards already), then publish it."""
+    from safetensors.torch import save_file
+
+    final = root / checkpoint_name(step)
+    if tmp is None:
+        tmp = begin_checkpoint(root, step)
     save_file({k: v.cpu() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
     torch.save(state, tmp / "state.pt")
     (tmp / MARKER).write_text(json.dumps({"step": step, "time": time.time()}))
@@ -80,6 +93,10 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
         os.replace(tmp, final)
     _fsync_dir(root)
     return final
+
+
+def has_shards(path: Path) -> bool:
+    return (path / "sharded").is_dir()
 
 
 def is_complete(path: Path) -> bool:

@@ -58,9 +58,17 @@ def setup(device_arg: Any, timeout_s: float) -> tuple[DistEnv, Any]:
     return env, device
 
 
-def wrap_model(model: torch.nn.Module, env: DistEnv, device: torch.device) -> torch.nn.Module:
+STRATEGIES = ("auto", "ddp", "fsdp")
+
+
+def wrap_model(model: torch.nn.Module, env: DistEnv, device: torch.device, strategy: str) -> torch.nn.Module:
+    """The module the train step calls: DDP around the model, or the model itself sharded in place (FSDP)."""
     if not env.enabled:
         return model
+    if strategy == "fsdp":
+        from torchwise.train.sharding import shard_model
+
+        return shard_model(model, device)
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -73,6 +81,14 @@ def sum_across(values: list[float], env: DistEnv, device: torch.device) -> list[
     t = torch.tensor(values, dtype=torch.float64, device=device)
     _collective(dist.all_reduce, t, op=dist.ReduceOp.SUM)
     return t.tolist()
+
+
+def max_across(value: int, env: DistEnv, device: torch.device) -> int:
+    if not env.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    _collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def gather_objects(obj: Any, env: DistEnv) -> list[Any]:

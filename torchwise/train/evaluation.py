@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from torchwise.train.batches import batch_size_of, move_to, split_batch
-from torchwise.train.distributed import DistEnv, gather_objects
+from torchwise.train.distributed import DistEnv, gather_objects, max_across
 from torchwise.train.precision import Precision
 from torchwise.train.reproducibility import capture_rng_state, restore_rng_state
 
@@ -24,8 +24,14 @@ class Evaluator:
         self.model, self.loss_fn, self.precision, self.device = model, loss_fn, precision, device
         self.task, self.metrics, self.dist = task, dict(metrics or {}), dist_env
 
-    def outputs(self, batches: Iterable[Any]) -> tuple[list[torch.Tensor], list[Any], float, int]:
-        """Run the model over `batches` in eval mode; restores train mode and every RNG afterwards."""
+    def outputs(self, batches: Iterable[Any], num_batches: int | None = None) -> tuple[list[torch.Tensor], list[Any], float, int]:
+        """Run the model over `batches` in eval mode; restores train mode and every RNG afterwards.
+
+        A sharded (FSDP) model gathers its weights inside forward, a collective: every rank must run
+        the same number of forwards, so ranks with a shorter shard repeat their last batch (and
+        discard the result) until the longest shard is done."""
+        lockstep = self.dist.enabled and hasattr(self.model, "set_requires_gradient_sync")
+        extra = max_across(num_batches or 0, self.dist, self.device) - (num_batches or 0) if lockstep else 0
         was_training = self.model.training
         rng = capture_rng_state()  # so that validating never changes what training does next
         self.model.eval()
@@ -41,22 +47,25 @@ class Evaluator:
                     count += n
                     outs.append(out.detach().float().cpu())
                     targets.append(target.detach().cpu() if isinstance(target, torch.Tensor) else target)
+                for _ in range(extra):
+                    self.model(*inputs)
         finally:
             self.model.train(was_training)
             restore_rng_state(rng)
         return outs, targets, loss_sum, count
 
-    def gathered_outputs(self, batches: Iterable[Any]) -> tuple[list[torch.Tensor], list[Any], float, int]:
+    def gathered_outputs(self, batches: Iterable[Any], num_batches: int | None = None
+                         ) -> tuple[list[torch.Tensor], list[Any], float, int]:
         """outputs() of every rank's shard put together: metrics count each sample exactly once."""
-        outs, targets, loss_sum, count = self.outputs(batches)
+        outs, targets, loss_sum, count = self.outputs(batches, num_batches)
         if not self.dist.enabled:
             return outs, targets, loss_sum, count
         parts = gather_objects((outs, targets, loss_sum, count), self.dist)
         return ([o for p in parts for o in p[0]], [t for p in parts for t in p[1]],
                 sum(p[2] for p in parts), sum(p[3] for p in parts))
 
-    def evaluate(self, batches: Iterable[Any], prefix: str = "val") -> dict[str, float]:
-        outs, targets, loss_sum, count = self.gathered_outputs(batches)
+    def evaluate(self, batches: Iterable[Any], prefix: str = "val", num_batches: int | None = None) -> dict[str, float]:
+        outs, targets, loss_sum, count = self.gathered_outputs(batches, num_batches)
         results = {f"{prefix}_loss": loss_sum / max(count, 1)}
         if not outs or not all(isinstance(t, torch.Tensor) for t in targets):
             return results

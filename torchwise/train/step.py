@@ -34,6 +34,7 @@ class StepRunner:
         self._loss_checked = False
         # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
         self._has_no_sync = hasattr(model, "no_sync")
+        self._fsdp = hasattr(model, "set_requires_gradient_sync")
 
     def run(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
         """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them."""
@@ -60,7 +61,7 @@ class StepRunner:
             scaler.unscale_(opt)  # clip and measure true gradients, not scaled ones
         norm = None
         if self.clip is not None:
-            norm = float(nn.utils.clip_grad_norm_(self.params, self.clip))
+            norm = _to_float(nn.utils.clip_grad_norm_(self.params, self.clip))
         elif measure_norm:
             norm = grad_norm(self.params)
         if scaler is not None:
@@ -87,6 +88,8 @@ class StepRunner:
         # Under DDP, only the last micro-batch of an accumulated step needs the gradient all-reduce.
         if not last_micro_batch and self._has_no_sync:
             return self.model.no_sync()
+        if self._fsdp:
+            return _fsdp_gradient_sync(self.model, last_micro_batch)
         return contextlib.nullcontext()
 
     def _check_loss(self, loss: Any) -> None:
@@ -112,5 +115,19 @@ def grad_norm(params: list[torch.Tensor]) -> float:
     if not grads:
         return 0.0
     if hasattr(nn.utils, "get_total_norm"):
-        return float(nn.utils.get_total_norm(grads))
-    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        return _to_float(nn.utils.get_total_norm(grads))
+    return _to_float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+
+def _to_float(norm: torch.Tensor) -> float:
+    # Under FSDP the norm is a DTensor holding this rank's part; full_tensor() reduces it across ranks.
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
+@contextlib.contextmanager
+def _fsdp_gradient_sync(model: nn.Module, sync: bool):
+    model.set_requires_gradient_sync(sync)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)

@@ -31,7 +31,8 @@ from torchwise.train.reproducibility import (capture_rng_state, configure_determ
                                              seed_everything)
 from torchwise.train.schedule import build_schedule
 from torchwise.train.step import StepRunner
-from torchwise.weights import apply_state_dict, model_state_dict, save_model
+from torchwise.train.sharding import full_state_dict, is_sharded, load_sharded, save_sharded
+from torchwise.weights import apply_state_dict, model_state_dict, save_state_dict
 
 TASKS = ("classification", "regression")
 STATE_FORMAT = 1
@@ -103,6 +104,7 @@ class Trainer:
         log_every: int = 10,
         tensorboard: bool = True,
         dist_timeout_s: float = 300.0,
+        strategy: str = "auto",
         config: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
@@ -150,6 +152,14 @@ class Trainer:
         self.num_workers = num_workers
         self.max_consecutive_skips, self.log_every, self.tensorboard = max_consecutive_skips, log_every, tensorboard
         self.dist_timeout_s = dist_timeout_s
+        _require(strategy in distributed.STRATEGIES, "Unknown strategy.",
+                 {"strategy": strategy, "allowed": ", ".join(distributed.STRATEGIES)},
+                 "'ddp' replicates the model on every rank; 'fsdp' shards it (for models too big for one device).")
+        _require(strategy != "fsdp" or not isinstance(optimizer, torch.optim.Optimizer),
+                 "With strategy='fsdp' the optimizer must be built after the model is sharded.",
+                 {"optimizer": type(optimizer).__name__},
+                 "Pass a factory: optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3).")
+        self.strategy = strategy
         self.dist = DistEnv()
         self.config = dict(config or {})
         self.metadata = dict(metadata or {})
@@ -216,12 +226,13 @@ class Trainer:
         """Metrics on `data` (default: val_data), in eval mode under inference_mode."""
         self._setup_basics()
         loader = self._eval_loader(data)
-        return self.evaluator.evaluate(loader)
+        return self.evaluator.evaluate(loader.epoch_iter(0), num_batches=loader.batches_per_epoch())
 
     def predict(self, data: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Model outputs and targets for `data`, concatenated on the CPU, in data order."""
         self._setup_basics()
-        outs, targets, _, _ = self.evaluator.gathered_outputs(self._eval_loader(data))
+        loader = self._eval_loader(data)
+        outs, targets, _, _ = self.evaluator.gathered_outputs(loader.epoch_iter(0), loader.batches_per_epoch())
         output = torch.cat(outs) if outs else torch.empty(0)
         target = torch.cat(targets) if targets and all(isinstance(t, torch.Tensor) for t in targets) else None
         return output, target
@@ -296,7 +307,8 @@ class Trainer:
         row: dict[str, Any] = {"epoch": pos.epoch, "step": pos.step,
                                "train_loss": loss_sum / loss_count if loss_count else math.nan}
         if self.val_loader is not None:
-            row.update(self.evaluator.evaluate(self.val_loader.epoch_iter(0)))
+            row.update(self.evaluator.evaluate(self.val_loader.epoch_iter(0),
+                                               num_batches=self.val_loader.batches_per_epoch()))
         row.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=getattr(self, "_last_grad_norm", None),
                    skipped_steps=pos.skipped, elapsed_s=time.perf_counter() - start_time)
         pos.loss_sum, pos.loss_count = 0.0, 0
@@ -354,6 +366,8 @@ class Trainer:
         # Each rank draws its own dropout masks; the data order does not depend on this seed.
         seed_everything(self.seed + self.dist.rank)
         self._setup_basics()
+        # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
+        self.train_model = distributed.wrap_model(self.model, self.dist, self.device, self.strategy)
         self.optimizer = self._build_optimizer()
         shard = dict(rank=self.dist.rank, world_size=self.dist.world_size)
         self.train_loader = build_loader(self.train_data, role="train_data", train=True, device=self.device,
@@ -372,7 +386,6 @@ class Trainer:
         self.schedule = build_schedule(self.scheduler_spec, self.optimizer, total_steps=self._total_steps,
                                        max_epochs=self.max_epochs, warmup_steps=self.warmup_steps, mode=self.mode,
                                        interval=self.scheduler_interval)
-        self.train_model = distributed.wrap_model(self.model, self.dist, self.device)
         self.step_runner = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
                                       self.clip_grad_norm, self.dist)
         self.model.train()
@@ -412,7 +425,7 @@ class Trainer:
                  "model, or pass a factory: optimizer=lambda params: torch.optim.AdamW(params).")
         return opt
 
-    def _eval_loader(self, data: Any) -> Iterable[Any]:
+    def _eval_loader(self, data: Any):
         from torchwise.data.loaders import build_loader
 
         data = self.val_data if data is None else data
@@ -420,7 +433,7 @@ class Trainer:
                  "Pass the data: trainer.evaluate(dataset).")
         return build_loader(data, role="data", train=False, device=self.device, batch_size=self.batch_size,
                             seed=self.seed, num_workers=self.num_workers, rank=self.dist.rank,
-                            world_size=self.dist.world_size).epoch_iter(0)
+                            world_size=self.dist.world_size)
 
     def _metrics_log(self, resumed: bool):
         from torchwise.report.metrics import MetricsLog
@@ -448,7 +461,7 @@ class Trainer:
                                                        "consecutive_skipped", "loss_sum", "loss_count",
                                                        "best_value", "best_step")},
             "history": json.dumps(pos.history),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": None if is_sharded(self.model) else self.optimizer.state_dict(),  # sharded/ has it
             "scheduler": self.schedule.scheduler.state_dict() if self.schedule else None,
             "scaler": self.step_runner.scaler.state_dict() if self.step_runner.scaler else None,
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
@@ -467,15 +480,22 @@ class Trainer:
         rng_per_rank = gather_objects(capture_rng_state(), self.dist)  # every rank's dropout stream
         root = self.out_dir / "checkpoints"
         path = root / ckpt.checkpoint_name(self.pos.step)
+        tmp = None
+        if is_sharded(self.model):  # every rank writes its own shards first
+            tmp = ckpt.begin_checkpoint(root, self.pos.step) if self.dist.is_main else ckpt.pending_path(root, self.pos.step)
+            barrier(self.dist)
+            save_sharded(tmp / "sharded", self.model, self.optimizer)
+        weights = self._full_weights()
         if self.dist.is_main:
-            ckpt.save_checkpoint(root, self.pos.step, model_state_dict(self.model), self._state(rng_per_rank))
+            ckpt.save_checkpoint(root, self.pos.step, weights, self._state(rng_per_rank), tmp)
             ckpt.prune(root, self.keep_last)
         barrier(self.dist)  # no rank runs ahead of a checkpoint that is not on disk yet
         self.events.emit("checkpoint_saved", trainer=self, step=self.pos.step, path=path)
 
     def _load_checkpoint(self, path: Path) -> None:
         weights, state = ckpt.load_checkpoint(path, self.device)
-        apply_state_dict(self.model, weights, source=str(path))
+        if not ckpt.has_shards(path):
+            apply_state_dict(self.model, weights, source=str(path))
         data = state["data"]
         same_layout = data.get("world_size", 1) == self.dist.world_size and data.get("batch_size") in (None, self.batch_size)
         if data["train_samples"] != _len_or_minus1(self.train_data) or (
@@ -486,7 +506,10 @@ class Trainer:
                         f"{_len_or_minus1(self.train_data)}", "batches per epoch then/now":
                         f"{data['batches_per_epoch']} / {self.train_loader.batches_per_epoch()}"},
                 fix="Resume with the same data set and batch size, or start a new run (another out_dir).")
-        self.optimizer.load_state_dict(state["optimizer"])
+        if ckpt.has_shards(path):  # model and optimizer, resharded to this run's number of ranks
+            load_sharded(path / "sharded", self.model, self.optimizer)
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.schedule is not None and state["scheduler"] is not None:
             self.schedule.scheduler.load_state_dict(state["scheduler"])
         if self.step_runner.scaler is not None and state["scaler"] is not None:
@@ -522,12 +545,21 @@ class Trainer:
         return str(found[-1]) if found else "none yet"
 
     # ------------------------------------------------------------------ best weights and the end of fit
+    def _full_weights(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights (gathered to rank 0 when sharded; call on all ranks)."""
+        return full_state_dict(self.model) if is_sharded(self.model) else model_state_dict(self.model)
+
     def _keep_best(self) -> None:
         if self.early_stopping is not None and self.early_stopping.restore_best:
-            self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in model_state_dict(self.model).items()}
-        if self.out_dir is not None and self.dist.is_main:
-            save_model(self.model, self.out_dir / "best" / "model.safetensors",
-                       {"step": self.pos.step, "monitor": self.monitor, "value": self.pos.best_value})
+            # this rank's own copy (its shards, under FSDP), restored with load_state_dict at the end
+            sharded = is_sharded(self.model)
+            self._best_state = {k: v.detach().clone() if sharded else v.detach().to("cpu", copy=True)
+                                for k, v in self.model.state_dict().items()}
+        if self.out_dir is not None:
+            weights = self._full_weights()
+            if self.dist.is_main:
+                save_state_dict(weights, self.out_dir / "best" / "model.safetensors",
+                                {"step": self.pos.step, "monitor": self.monitor, "value": self.pos.best_value})
 
     def _load_best(self) -> None:
         """After resume: the in-memory copy of the best weights comes back from best/ if it matches."""
@@ -540,21 +572,21 @@ class Trainer:
 
         with safe_open(str(path), "pt") as fh:
             step = int((fh.metadata() or {}).get("step", -1))
-        if step == self.pos.best_step:
+        if step == self.pos.best_step and not is_sharded(self.model):
             from safetensors.torch import load_file
 
             self._best_state = load_file(str(path))
 
     def _finish(self) -> Path | None:
         if self.early_stopping is not None and self.early_stopping.restore_best and self._best_state is not None:
-            apply_state_dict(self.model, {k: v.to(self.device) for k, v in self._best_state.items()},
-                             source="the best evaluation")
+            self.model.load_state_dict(self._best_state)
         if self.out_dir is None:
             return None
         found = ckpt.list_checkpoints(self.out_dir / "checkpoints")
         last = int(found[-1].name[len(ckpt.PREFIX):]) if found else -1
         if sum_across([float(last != self.pos.step)], self.dist, self.device)[0]:
             self._save_checkpoint()  # so that resume=True on a finished run finds it finished
+        weights = self._full_weights()
         if not self.dist.is_main:
             return self.out_dir / "final" / "model.safetensors"
         meta = dict(self.metadata)
@@ -562,7 +594,7 @@ class Trainer:
         meta.setdefault("best", {"monitor": self.monitor, "value": None if math.isnan(self.pos.best_value)
                                  else self.pos.best_value, "step": self.pos.best_step})
         final = self.out_dir / "final"
-        path = save_model(self.model, final / "model.safetensors", {"torchwise": _version()})
+        path = save_state_dict(weights, final / "model.safetensors", {"torchwise": _version()})
         with ckpt.atomic_write_path(final / "meta.json") as tmp:
             tmp.write_text(json.dumps(meta, indent=2, default=str))
         return path
