@@ -1,6 +1,7 @@
 """torchwise.watch() in a user's own loop, and the Watcher API the Trainer drives."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -8,6 +9,14 @@ from torch.utils.data import DataLoader, TensorDataset
 import torchwise
 from torchwise.diagnose.sanity import overfit_one_batch
 from torchwise.diagnose.watch import Watcher
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def data(n=640, d=10, seed=0):

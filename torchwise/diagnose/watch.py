@@ -317,6 +317,7 @@ class Watcher:
         # retention
         self._bw_ids: dict[int, weakref.ref] = {}
         self._bw_refs: list[tuple[int, weakref.ref]] = []
+        self.retained_losses = 0
         # phases and data
         self._phase: str | None = None
         self.passes: list[PassInfo] = []
@@ -480,7 +481,7 @@ class Watcher:
                 return f"{info.label}.{name} ({type(m).__name__})" if name else info.label
         return type(m).__name__
 
-    def _mod_pre(self, module: nn.Module, args: tuple) -> None:
+    def _mod_pre_impl(self, module: nn.Module, args: tuple) -> None:
         stack = self._stack
         if not stack:
             mid = id(module)
@@ -505,7 +506,7 @@ class Watcher:
                     self.bn_where = where_defined(stack[0]) if stack else None
         stack.append(module)
 
-    def _mod_post(self, module: nn.Module, args: tuple, out: Any) -> None:
+    def _mod_post_impl(self, module: nn.Module, args: tuple, out: Any) -> None:
         stack = self._stack
         if stack and stack[-1] is module:
             stack.pop()
@@ -521,6 +522,31 @@ class Watcher:
                         "module": self.module_name(module), "step": self.steps, "params_finite": params_ok,
                         "where": where_defined(type(module).forward) or user_where(),
                         "n_nonfinite": int((~torch.isfinite(out)).sum()), "numel": out.numel()}
+
+    # Hooks never break the user's program: a checker bug loses evidence, not the training run.
+    def _mod_pre(self, module, args):
+        try:
+            self._mod_pre_impl(module, args)
+        except Exception:
+            pass
+
+    def _mod_post(self, module, args, out):
+        try:
+            self._mod_post_impl(module, args, out)
+        except Exception:
+            pass
+
+    def _root_pre(self, module, args):
+        try:
+            self._root_pre_impl(module, args)
+        except Exception:
+            pass
+
+    def _on_step_pre(self, opt, args=(), kwargs=None):
+        try:
+            self._on_step_pre_impl(opt, args, kwargs)
+        except Exception:
+            pass
 
     def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
         if not torch.is_grad_enabled() or out.dim() < 2 or out.shape[0] < 8:
@@ -547,7 +573,7 @@ class Watcher:
             where = user_where()
             self._record_relu(("f", where), out, f"relu at {where}")
 
-    def _root_pre(self, module: nn.Module, args: tuple) -> None:
+    def _root_pre_impl(self, module: nn.Module, args: tuple) -> None:
         info = self.roots.get(id(module))
         if info is None:
             return
@@ -627,7 +653,10 @@ class Watcher:
         rows = x.detach()
         if rows.device.type != "cpu":
             rows = rows.cpu()
-        rows = rows.reshape(rows.shape[0], -1).contiguous().numpy()
+        rows = rows.reshape(rows.shape[0], -1)
+        if rows.shape[1] > 2048:  # large samples (images): a fixed spread of 2048 values identifies them
+            rows = rows[:, :: rows.shape[1] // 2048]
+        rows = rows.contiguous().numpy()
         if train:
             self._eval_group_open = False
             if len(self.train_hashes) < 500_000:
@@ -771,6 +800,23 @@ class Watcher:
     def backward_where_now(self) -> str | None:
         return user_where() or self.backward_where
 
+    def _check_retained_losses(self) -> None:
+        """Loss tensors still alive 3+ steps after their backward() are being stored somewhere."""
+        keep = []
+        for step, ref in self._bw_refs:
+            t = ref()
+            if t is None:
+                continue
+            if step <= self.steps - 3:
+                if t.grad_fn is not None:
+                    self.retained_losses += 1
+                    if self.retained_losses >= 3 and not self.hits.get("loss-retains-graph"):
+                        self._hit("loss-retains-graph", where=self.backward_where,
+                                  info={"how": "kept alive", "alive": self.retained_losses})
+                continue
+            keep.append((step, ref))
+        self._bw_refs = keep
+
     def _on_accumulate(self, args: tuple, out: Any) -> None:
         if not isinstance(out, torch.Tensor) or not out.requires_grad:
             return
@@ -794,7 +840,7 @@ class Watcher:
         for g in opt.param_groups:
             self._opt_param_ids.update(id(p) for p in g["params"])
 
-    def _on_step_pre(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
+    def _on_step_pre_impl(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
         if self._global and id(opt) in self._local_opts:
             return
         self._add_optimizer(opt)
@@ -824,7 +870,10 @@ class Watcher:
             except Exception:
                 pass
         if self._deep and self._zero_sample:
-            self._watch_grad_clearing(self._zero_sample)
+            try:
+                self._watch_grad_clearing(self._zero_sample)
+            except Exception:
+                pass
         self._zero_sample = []
         self._snap = None
         self.steps += 1
@@ -837,6 +886,8 @@ class Watcher:
                 self.epoch_without_eval = True
             self._after_epoch = False
         self._eval_group_open = False
+        if self._deep and self._bw_refs:
+            self._check_retained_losses()
         want = self._want_deep()
         if want != self._deep:
             self._set_deep(want)

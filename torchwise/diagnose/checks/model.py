@@ -1,7 +1,6 @@
 """Model-level checks: train/eval modes, registration, gradient flow, activations, NaNs, the loss curve."""
 from __future__ import annotations
 
-import gc
 import math
 
 from torchwise.diagnose.catalog import Finding
@@ -89,19 +88,13 @@ def decide(w, ls: dict) -> list[Finding]:
                                            "The graph is cut before them (.detach(), .item(), .numpy(), .data, "
                                            "torch.tensor(...)) or they are unused.",
                                    evidence={"parameters": names[:20], "count": len(ids)}))
-    # retained graphs: loss tensors still alive several steps after their backward
-    gc.collect()
-    alive = [s for s, ref in w._bw_refs if s <= w.steps - 3 and ref() is not None and ref().grad_fn is not None]
-    if len(alive) >= 3 and not h.get("loss-retains-graph"):
-        w._hit("loss-retains-graph", where=w.backward_where, info={"how": "kept alive"})
-        h["loss-retains-graph"] = len(alive)
     if h.get("loss-retains-graph"):
         how = w.hit_info.get("loss-retains-graph", {}).get("how")
         msg = (f"At {h['loss-retains-graph']} of {w.steps} steps, a loss tensor that already went through backward() "
                "was added into a running total that requires grad, so every step's graph stays in memory."
                if how != "kept alive" else
-               f"{len(alive)} loss tensors from earlier steps are still alive with their graphs (stored in a list "
-               "or an attribute).")
+               f"{w.retained_losses} loss tensors were still alive with their graphs 3 or more steps after their "
+               "backward() (stored in a list or an attribute).")
         out.append(Finding("loss-retains-graph", where=w.hit_where.get("loss-retains-graph"), message=msg,
                            evidence={"occurrences": h["loss-retains-graph"]}))
     # dead relu
