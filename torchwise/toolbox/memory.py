@@ -332,7 +332,8 @@ def _train_steps(model: nn.Module, inputs: tuple[Any, ...], precision: str, opti
 
 
 def measure_cuda_peak(model: nn.Module, inputs: tuple[Any, ...], precision: str, optimizer_name: str, *,
-                      task: str = "classification", loss_fn: Callable | None = None, steps: int = 3) -> int:
+                      task: str = "classification", loss_fn: Callable | None = None, steps: int = 3,
+                      checkpointing: bool = False) -> int:
     """Peak bytes allocated by a copy of `model` training on `inputs` (parameters and batch included)."""
     import copy
     import gc
@@ -344,6 +345,10 @@ def measure_cuda_peak(model: nn.Module, inputs: tuple[Any, ...], precision: str,
     start = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     clone = copy.deepcopy(model)
+    if checkpointing:
+        from torchwise.toolbox.checkpointing import enable_checkpointing
+
+        enable_checkpointing(clone)
     batch = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
     try:
         _train_steps(clone, batch, precision, optimizer_name, task, loss_fn, steps)
@@ -357,12 +362,13 @@ def measure_cuda_peak(model: nn.Module, inputs: tuple[Any, ...], precision: str,
 
 def measure_cpu_peak(model: nn.Module | str, input_shapes: list[tuple[int, ...]], precision: str, optimizer_name: str,
                      *, task: str = "classification", threads: int | None = None, steps: int = 3,
-                     timeout: float = 300) -> dict[str, Any]:
+                     checkpointing: bool = False, timeout: float = 300) -> dict[str, Any]:
     """Peak memory of training steps in a fresh Python process. `model`: a module (pickled whole to a
     temporary file; its class must be importable) or a build_model spec "name:num_classes:in_channels:HxW"."""
     with tempfile.TemporaryDirectory(prefix="torchwise-mem-") as tmp:
         spec: dict[str, Any] = {"input_shapes": [list(s) for s in input_shapes], "precision": precision,
-                                "optimizer": optimizer_name, "task": task, "threads": threads, "steps": steps}
+                                "optimizer": optimizer_name, "task": task, "threads": threads, "steps": steps,
+                                "checkpointing": checkpointing}
         if isinstance(model, nn.Module):
             path = Path(tmp) / "model.pt"
             try:
@@ -411,6 +417,10 @@ def _worker(spec_path: str) -> None:
 
         name, classes, channels, size = spec["model_spec"].split(":")
         model = build_model(name, int(classes), int(channels), tuple(int(s) for s in size.split("x")) if size else None)
+    if spec.get("checkpointing"):
+        from torchwise.toolbox.checkpointing import enable_checkpointing
+
+        enable_checkpointing(model)
     torch.manual_seed(0)
     inputs = tuple(torch.randn(s) for s in spec["input_shapes"])
     total, _, buffers = _param_bytes(model)
@@ -432,6 +442,27 @@ def _worker(spec_path: str) -> None:
     peak_growth = _status_kib("VmHWM") - base
     print(json.dumps({"peak_bytes": resident + max(0, peak_growth), "growth_bytes": peak_growth,
                       "resident_bytes": resident, "note": note}))
+
+
+def checkpointing_saving(model: nn.Module, example_input: Any, *, batch_size: int | None = None,
+                         optimizer: str = "adamw", precision: str = "fp32", task: str = "classification",
+                         device: str | torch.device = "cpu", threads: int | None = None) -> dict[str, Any]:
+    """Measured peak of a training step without and with gradient checkpointing (same measuring as
+    memory_estimate(measure=True))."""
+    from torchwise.train.precision import choose_device
+
+    dev = choose_device(device)
+    model = model.to(dev)
+    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in _batch_like(example_input, batch_size))
+    peaks = {}
+    for flag in (False, True):
+        if dev.type == "cuda":
+            peaks[flag] = measure_cuda_peak(model, inputs, precision, optimizer, task=task, checkpointing=flag)
+        else:
+            peaks[flag] = measure_cpu_peak(model, [tuple(t.shape) for t in inputs], precision, optimizer, task=task,
+                                           threads=threads, checkpointing=flag)["peak_bytes"]
+    return {"without": peaks[False], "with": peaks[True], "saving": 1 - peaks[True] / peaks[False],
+            "batch_size": int(inputs[0].shape[0]), "precision": precision, "device": str(dev)}
 
 
 def bytes_from_text(text: str) -> int:
