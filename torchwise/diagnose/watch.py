@@ -953,7 +953,7 @@ class Watcher:
         elif info.is_eval:
             self.eval_seen = True
             self._eval_since_epoch = True
-            if info.fwd_train_mode and any(r.has_mode_layers for r in self.roots.values()):
+            if info.fwd_train_mode and not info.fwd_no_grad and any(r.has_mode_layers for r in self.roots.values()):
                 self._hit("eval-mode-missing", where=info.where_train_mode_fwd)
             from torchwise.diagnose.checks import data
             data.check_val_augmentation(self, info)

@@ -63,6 +63,8 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
     labels = labels[labels != ignore]
     if labels.numel() == 0 or bool(labels.min() < 0) or bool(labels.max() >= C):
         return
+    if target.dim() != 1:
+        return  # dense targets (segmentation, sequences): class frequencies per pixel/token are another matter
     c = w.cls
     counts = torch.bincount(labels.cpu(), minlength=C)
     if c["counts"] is None or c["C"] != C:
@@ -71,7 +73,7 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
         c["counts"] += counts
     c["n"] += labels.numel()
     c["batches"] += 1
-    if labels.numel() >= 4 and target.dim() == 1:
+    if labels.numel() >= 4:
         c["single"] += int(bool((labels == labels[0]).all()))
         c["batches_multi"] = c.get("batches_multi", 0) + 1
     c["weighted"] = c["weighted"] or kwargs.get("weight") is not None

@@ -27,9 +27,9 @@ def decide(w, ls: dict) -> list[Finding]:
     if h.get("eval-mode-missing"):
         info = w.hit_info.get("eval-mode-missing", {})
         out.append(Finding("eval-mode-missing", where=w.hit_where.get("eval-mode-missing"),
-                           message=f"{h['eval-mode-missing']} evaluation forward pass(es) (no gradients, or a loader pass "
-                                   f"without optimizer steps) ran with the model in training mode, and the model has "
-                                   f"Dropout/BatchNorm layers.",
+                           message=f"{h['eval-mode-missing']} forward pass(es) made for evaluation (under torch.no_grad(), "
+                                   "or over a loader with no optimizer step) ran with the model still in training mode; "
+                                   "its Dropout/BatchNorm layers behave differently there.",
                            evidence={"eval_forwards_in_train_mode": h["eval-mode-missing"]} | info))
     if h.get("train-mode-missing"):
         out.append(Finding("train-mode-missing", where=w.hit_where.get("train-mode-missing"),

@@ -40,7 +40,10 @@ def inspect_step_pre(w, opt) -> None:
         total = math.sqrt(sum(g * g for g in gn_l))
         rec = {"step": w.steps, "total_norm": total, "finite": math.isfinite(total)}
         # zero-initialised tensors (a common choice for last layers) have no meaningful ratio yet
-        rel = [gn_l[i] / wn_l[i] for i, p in enumerate(with_grad) if p.dim() >= 2 and wn_l[i] > 1e-6]
+        # embedding tables are excluded: only the rows of the tokens in the batch get a gradient
+        sparse = _embedding_ids(w)
+        rel = [gn_l[i] / wn_l[i] for i, p in enumerate(with_grad)
+               if p.dim() >= 2 and wn_l[i] > 1e-6 and id(p) not in sparse]
         if rel:
             rec.update(max_rel=max(rel), first_rel=rel[0], last_rel=rel[-1], n_mats=len(rel))
         w.grad_records.append(rec)
@@ -56,6 +59,17 @@ def inspect_step_pre(w, opt) -> None:
             snap.append((p, p.detach().clone()))
             budget -= p.numel()
     w._snap = snap
+
+
+def _embedding_ids(w) -> set[int]:
+    key = tuple(sorted(w.roots))
+    cached = getattr(w, "_embedding_cache", None)
+    if cached is None or cached[0] != key:
+        from torch import nn
+        ids = {id(m.weight) for r in w.roots.values() for m in r.module.modules()
+               if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
+        w._embedding_cache = cached = (key, ids)
+    return cached[1]
 
 
 def inspect_step_post(w, opt) -> None:
@@ -144,7 +158,9 @@ def decide(w, ls: dict) -> list[Finding]:
         peak = max(r["max_rel"] for r in recs)
         maxrel = med_rel if med_rel > 50 else peak
         nonfinite_grads = sum(not r["finite"] for r in w.grad_records)
-        if (med_rel > 50 or peak > 1e3 or (nonfinite_grads and bad_step is None)) and not lr_high:
+        peak_total = max(r["total_norm"] for r in recs)
+        if (med_rel > 50 or (peak > 1e3 and peak_total > 1e2) or (nonfinite_grads and bad_step is None)) \
+                and not lr_high:
             exploding = True
             out.append(Finding("exploding-gradients", where=w.step_where,
                                message=f"Gradient norms reach {maxrel:.3g}x the norm of their weights ("
