@@ -18,17 +18,31 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def make_workload(n: int, features: int, classes: int, hidden: int):
+class SampleDataset(torch.utils.data.Dataset):
+    """The same data behind a plain map-style Dataset: both loops fetch and collate sample by sample."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def make_workload(n: int, features: int, classes: int, hidden: int, kind: str):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, features, generator=g)
     y = (x @ torch.randn(features, classes, generator=g)).argmax(1)
+    dataset = TensorDataset(x, y) if kind == "tensors" else SampleDataset(x, y)
 
     def model():
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Dropout(0.1), nn.Linear(hidden, hidden),
                              nn.ReLU(), nn.Linear(hidden, classes))
 
-    return TensorDataset(x, y), model
+    return dataset, model
 
 
 def hand_loop(dataset, build, epochs, batch_size):
@@ -118,7 +132,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps timings stable on a shared machine)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    dataset, build = make_workload(args.samples, 64, 10, args.hidden)
+    for kind in ("dataset", "tensors"):
+        run_workload(args, kind)
+
+
+def run_workload(args: argparse.Namespace, kind: str) -> None:
+    dataset, build = make_workload(args.samples, 64, 10, args.hidden, kind)
     runners = {"hand-written loop": hand_loop, "torchwise.Trainer": torchwise_trainer}
     for name, fn, module in (("Lightning", lightning_trainer, "lightning"), ("Accelerate", accelerate_loop, "accelerate")):
         try:
@@ -134,8 +153,10 @@ def main() -> None:
             times[name].append(fn(dataset, build, args.epochs, args.batch_size))
     base = statistics.median(times["hand-written loop"])
     samples = args.samples * args.epochs
-    print(f"workload: MLP 64-{args.hidden}-{args.hidden}-10, {args.samples} samples, batch {args.batch_size}, "
-          f"{args.epochs} epochs, AdamW, CPU, {args.threads} thread(s); median of {args.repeats}")
+    what = {"dataset": "a map-style Dataset (both fetch sample by sample: pure loop overhead)",
+            "tensors": "a TensorDataset (torchwise serves it by batch indexing)"}[kind]
+    print(f"workload: MLP 64-{args.hidden}-{args.hidden}-10 on {what}, {args.samples} samples, batch "
+          f"{args.batch_size}, {args.epochs} epochs, AdamW, CPU, {args.threads} thread(s); median of {args.repeats}")
     for name, values in times.items():
         med = statistics.median(values)
         print(f"  {name:<20} {samples / med:>10.0f} samples/s   ratio {med / base:.3f}")

@@ -426,3 +426,41 @@ def test_progress_bar_with_loss_and_lr_on_a_terminal(tmp_path):
     text = b"".join(chunks).decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, text
     assert "\r" in text and "12/12" in text and "loss=" in text and "lr=" in text
+
+
+class SlowData(torch.utils.data.Dataset):
+    def __init__(self, base, delay):
+        self.base, self.delay = base, delay
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        import time
+
+        time.sleep(self.delay)
+        return self.base[i]
+
+
+def test_data_wait_fraction_is_measured_and_in_memory_tensors_are_batch_indexed(tmp_path):
+    fast = torchwise.Trainer(mlp(), sgd(), train_data=make_data(), val_data=make_data(seed=1), max_epochs=1,
+                             progress=False)
+    fast_row = fast.fit().history[-1]
+    assert fast.train_loader.plan.note == "in-memory tensors: batch indexing"
+    slow = torchwise.Trainer(mlp(), sgd(), train_data=SlowData(make_data(n=64), 0.005), val_data=make_data(seed=1),
+                             max_epochs=1, progress=False, out_dir=tmp_path)
+    slow_row = slow.fit().history[-1]
+    assert slow_row["data_wait"] > 0.8 > fast_row["data_wait"]
+    assert slow_row["samples_per_s"] < 64 / (64 * 0.005) * 1.05
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0]
+    assert "data_wait" in header and "samples_per_s" in header
+
+
+def test_batch_indexing_gives_the_same_training_as_per_sample_fetching():
+    data = make_data()
+    weights = []
+    for train_data in (data, SlowData(data, 0.0)):
+        model = mlp(dropout=0.2)
+        torchwise.Trainer(model, sgd(), train_data=train_data, max_epochs=2, progress=False).fit()
+        weights.append(model.state_dict())
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import (BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, Sampler,
                               SequentialSampler)
+from torch.utils.data import TensorDataset, default_collate
 from torch.utils.data.distributed import DistributedSampler
 
 from torchwise.errors import TorchwiseError
@@ -81,6 +82,25 @@ class ResumableBatchSampler(Sampler[list]):
                 yield [(derive_seed(self.seed, self.epoch, p), order[p]) for p in positions]
             else:
                 yield [order[p] for p in positions]
+
+
+class BatchIndexedTensors(Dataset):
+    """A TensorDataset served a whole batch at a time: `t[indices]` for each tensor.
+
+    The default path fetches samples one by one and stacks them again (collation); for data that
+    already sits in memory as tensors, one indexing operation per tensor gives the same batch
+    without the per-sample Python work.
+    """
+
+    def __init__(self, dataset: TensorDataset):
+        self.tensors = dataset.tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors[0])
+
+    def __getitem__(self, indices: list[int]) -> tuple[torch.Tensor, ...]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return tuple(t[index] for t in self.tensors)
 
 
 class SeededDataset(Dataset):
@@ -175,6 +195,10 @@ def build_loader(data: Any, *, role: str, train: bool, device: torch.device, bat
         return TrainLoader(loader, None, LoaderPlan(batch_size, workers, pin, False, False, "iterable data set"))
     sampler = ResumableBatchSampler(n, batch_size, shuffle=train, drop_last=False, seed=seed, keyed=workers > 0,
                                     **shard)
+    if type(data) is TensorDataset and workers == 0:
+        loader = DataLoader(BatchIndexedTensors(data), sampler=sampler, batch_size=None, pin_memory=pin,
+                            generator=torch.Generator())
+        return TrainLoader(loader, sampler, LoaderPlan(batch_size, 0, pin, train, True, "in-memory tensors: batch indexing"))
     loader = DataLoader(SeededDataset(data) if workers > 0 else data, batch_sampler=sampler, num_workers=workers,
                         pin_memory=pin, persistent_workers=workers > 0, generator=torch.Generator())
     return TrainLoader(loader, sampler, LoaderPlan(batch_size, workers, pin, train, True))
@@ -207,6 +231,11 @@ def _rebuild_user_loader(loader: DataLoader, *, role: str, seed: int, shard: dic
         kwargs.update(persistent_workers=loader.persistent_workers, prefetch_factor=loader.prefetch_factor)
     if getattr(loader, "pin_memory_device", ""):
         kwargs["pin_memory_device"] = loader.pin_memory_device
-    rebuilt = DataLoader(SeededDataset(loader.dataset) if workers > 0 else loader.dataset, **kwargs)
+    if type(loader.dataset) is TensorDataset and workers == 0 and loader.collate_fn is default_collate:
+        rebuilt = DataLoader(BatchIndexedTensors(loader.dataset), sampler=sampler, batch_size=None,
+                             pin_memory=loader.pin_memory, generator=torch.Generator())
+        plan.note = "in-memory tensors: batch indexing"
+    else:
+        rebuilt = DataLoader(SeededDataset(loader.dataset) if workers > 0 else loader.dataset, **kwargs)
     plan.shuffle, plan.resumable = shuffle, True
     return TrainLoader(rebuilt, sampler, plan)

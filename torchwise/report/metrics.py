@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 BASE_COLUMNS = ["epoch", "step", "train_loss", "val_loss", "val_acc", "val_top5", "lr", "grad_norm",
-                "skipped_steps", "elapsed_s"]
+                "skipped_steps", "elapsed_s", "data_wait", "samples_per_s"]
 
 
 class MetricsLog:

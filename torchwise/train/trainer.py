@@ -168,6 +168,7 @@ class Trainer:
         self._setup_done = False
         self._best_state: dict[str, torch.Tensor] | None = None
         self._stop_requested = False
+        self._timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
 
     # ------------------------------------------------------------------ public API
     def on(self, event: str, fn: Callable[..., Any]) -> Handle:
@@ -241,6 +242,7 @@ class Trainer:
     def _next_micro_batches(self, batches: Iterator[Any]) -> list[tuple[tuple[Any, ...], Any, int]]:
         micro = []
         non_blocking = self.device.type == "cuda"
+        start = time.perf_counter()
         for _ in range(self.accumulate):
             try:
                 batch = next(batches)
@@ -249,12 +251,16 @@ class Trainer:
             self.pos.batch_in_epoch += 1
             inputs, target = split_batch(move_to(batch, self.device, non_blocking))
             micro.append((inputs, target, batch_size_of(target)))
+        self._timing["data_s"] += time.perf_counter() - start
         return micro
 
     def _one_step(self, micro: list, progress: Progress, log: Any) -> None:
         pos = self.pos
         measure_norm = (pos.step + 1) % self.log_every == 0
-        result = self.step_runner.run(micro, measure_norm=measure_norm)
+        start = time.perf_counter()
+        result = self.step_runner.run(micro, measure_norm=measure_norm)  # loss.item() inside: the device is done
+        self._timing["compute_s"] += time.perf_counter() - start
+        self._timing["samples"] += result.samples
         pos.step += 1
         lr = self.optimizer.param_groups[0]["lr"]
         if result.skipped:
@@ -309,12 +315,17 @@ class Trainer:
         if self.val_loader is not None:
             row.update(self.evaluator.evaluate(self.val_loader.epoch_iter(0),
                                                num_batches=self.val_loader.batches_per_epoch()))
+        timing, busy = self._timing, self._timing["data_s"] + self._timing["compute_s"]
         row.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=getattr(self, "_last_grad_norm", None),
-                   skipped_steps=pos.skipped, elapsed_s=time.perf_counter() - start_time)
+                   skipped_steps=pos.skipped, elapsed_s=time.perf_counter() - start_time,
+                   # the share of step time spent waiting for data: high means the loader starves the model
+                   data_wait=timing["data_s"] / busy if busy else None,
+                   samples_per_s=timing["samples"] * self.dist.world_size / busy if busy else None)
+        self._timing = dict.fromkeys(timing, 0.0)
         pos.loss_sum, pos.loss_count = 0.0, 0
         pos.history.append(row)
         log.row(row)
-        progress.epoch_line({k: v for k, v in row.items() if k not in ("grad_norm", "skipped_steps")})
+        progress.epoch_line({k: v for k, v in row.items() if k not in ("grad_norm", "skipped_steps", "samples_per_s")})
         self.events.emit("evaluation_end", trainer=self, step=pos.step, metrics=row)
         value = float(row.get(self.monitor, math.nan))
         if self.schedule is not None:
