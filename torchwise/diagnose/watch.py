@@ -56,6 +56,11 @@ from torch.overrides import TorchFunctionMode
 from torchwise.diagnose.catalog import Finding
 
 
+def _quiet():
+    """Our own tensor operations inside hooks must not go through our TorchFunctionMode."""
+    return torch._C.DisableTorchFunction()
+
+
 class StopScript(BaseException):
     """Raised from an optimizer step hook to stop a checked script once enough is known.
 
@@ -199,6 +204,8 @@ class _Mode(TorchFunctionMode):
         if not (w._deep or w._loss_scope):
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
+        if w._op_hunt:
+            w._hunt_op(func, args, out)
         try:
             kind = _LOSS_KINDS.get(func)
             if kind is not None and len(args) >= 2:
@@ -311,6 +318,8 @@ class Watcher:
         self.nonfinite_culprit: dict | None = None
         self.nonfinite_input: dict | None = None
         self.first_nonfinite_loss_step: int | None = None
+        self.nonfinite_op: dict | None = None
+        self._op_hunt = check_mode  # check runs are short: look for the op that makes NaN from the start
         self.input_stats: dict[str, Any] = {"n": 0, "max_abs_mean": 0.0, "max_std": 0.0, "scale_ratio": 0.0,
                                             "where": None, "max_abs": 0.0}
         self._pending_evalmode_train: str | None = None
@@ -526,25 +535,29 @@ class Watcher:
     # Hooks never break the user's program: a checker bug loses evidence, not the training run.
     def _mod_pre(self, module, args):
         try:
-            self._mod_pre_impl(module, args)
+            with _quiet():
+                self._mod_pre_impl(module, args)
         except Exception:
             pass
 
     def _mod_post(self, module, args, out):
         try:
-            self._mod_post_impl(module, args, out)
+            with _quiet():
+                self._mod_post_impl(module, args, out)
         except Exception:
             pass
 
     def _root_pre(self, module, args):
         try:
-            self._root_pre_impl(module, args)
+            with _quiet():
+                self._root_pre_impl(module, args)
         except Exception:
             pass
 
     def _on_step_pre(self, opt, args=(), kwargs=None):
         try:
-            self._on_step_pre_impl(opt, args, kwargs)
+            with _quiet():
+                self._on_step_pre_impl(opt, args, kwargs)
         except Exception:
             pass
 
@@ -702,7 +715,8 @@ class Watcher:
 
         def backward(tensors, *args, **kwargs):
             try:
-                watcher._on_backward(tensors)
+                with _quiet():
+                    watcher._on_backward(tensors)
             except Exception:
                 pass
             return original(tensors, *args, **kwargs)
@@ -733,6 +747,7 @@ class Watcher:
                         del self._bw_ids[k]
             if self.first_nonfinite_loss_step is None and not bool(torch.isfinite(value)):
                 self.first_nonfinite_loss_step = self.steps
+                self._op_hunt = self._mode is not None  # name the operation at the next forward
         self._stepped_since_backward = False
         self._backward_since_step += 1
 
@@ -800,6 +815,30 @@ class Watcher:
     def backward_where_now(self) -> str | None:
         return user_where() or self.backward_where
 
+    def _hunt_op(self, func: Any, args: tuple, out: Any) -> None:
+        """The first operation that turns finite inputs into NaN/inf (runs only after a non-finite loss)."""
+        try:
+            if not torch.is_grad_enabled() or getattr(func, "__name__", "") == "__get__":
+                return  # optimizer internals and attribute reads (p.grad) are not where a NaN is born
+            if not isinstance(out, torch.Tensor) or not out.is_floating_point() or bool(torch.isfinite(out).all()):
+                return
+            ins = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+            if ins and all(bool(torch.isfinite(a).all()) for a in ins):
+                qual = getattr(func, "__qualname__", "") or ""
+                name = getattr(func, "__name__", None) or repr(func)
+                mod = getattr(func, "__module__", None) or ""
+                if "Tensor" in qual:
+                    label = f"Tensor.{name}"
+                elif mod == "torch.nn.functional":
+                    label = f"torch.nn.functional.{name}"
+                else:
+                    label = f"torch.{name}"
+                self.nonfinite_op = {"op": label, "where": user_where(),
+                                     "module": self.module_name(self._stack[-1]) if self._stack else None}
+                self._op_hunt = False
+        except Exception:
+            self._op_hunt = False
+
     def _check_retained_losses(self) -> None:
         """Loss tensors still alive 3+ steps after their backward() are being stored somewhere."""
         keep = []
@@ -865,13 +904,15 @@ class Watcher:
             return
         if self._deep and self._snap is not None:
             try:
-                from torchwise.diagnose.checks import optim
-                optim.inspect_step_post(self, opt)
+                with _quiet():
+                    from torchwise.diagnose.checks import optim
+                    optim.inspect_step_post(self, opt)
             except Exception:
                 pass
         if self._deep and self._zero_sample:
             try:
-                self._watch_grad_clearing(self._zero_sample)
+                with _quiet():
+                    self._watch_grad_clearing(self._zero_sample)
             except Exception:
                 pass
         self._zero_sample = []
@@ -886,8 +927,11 @@ class Watcher:
                 self.epoch_without_eval = True
             self._after_epoch = False
         self._eval_group_open = False
+        if self._op_hunt and self.steps >= self.deep_first and self.first_nonfinite_loss_step is None:
+            self._op_hunt = False
         if self._deep and self._bw_refs:
-            self._check_retained_losses()
+            with _quiet():
+                self._check_retained_losses()
         want = self._want_deep()
         if want != self._deep:
             self._set_deep(want)
@@ -956,7 +1000,8 @@ class Watcher:
             if info.fwd_train_mode and not info.fwd_no_grad and any(r.has_mode_layers for r in self.roots.values()):
                 self._hit("eval-mode-missing", where=info.where_train_mode_fwd)
             from torchwise.diagnose.checks import data
-            data.check_val_augmentation(self, info)
+            with _quiet():
+                data.check_val_augmentation(self, info)
 
     # ------------------------------------------------------------------ results
 

@@ -128,10 +128,15 @@ def decide(w, ls: dict) -> list[Finding]:
         else:
             culprit = "All module outputs were finite: the loss computation itself produced it (log of 0, division by 0)."
             where = w.backward_where
+        op = w.nonfinite_op
+        if op is not None:
+            culprit += f" The operation that produced it: {op['op']} at {op['where']}."
+            where = op["where"] or where
         out.append(Finding("nonfinite-loss", where=where,
                            message=f"The loss is NaN/inf from step {ls['first_bad_step']} on. {culprit}",
                            evidence={"first_nonfinite_step": ls["first_bad_step"],
-                                     "culprit": c["module"] if c else "loss computation"}))
+                                     "culprit": c["module"] if c else "loss computation",
+                                     "operation": op["op"] if op else None}))
     # the loss does not go down
     flags = getattr(w, "_lr_flags", {})
     if ls.get("first") is not None and ls["n"] >= 30 and ls["first_bad"] is None and not any(flags.values()) \
