@@ -10,8 +10,8 @@ The seed's accounting, done per model and per precision:
   (deduplicated by storage; parameters and the input batch are not counted twice). Under autocast
   this includes the low-precision copies of the weights, which is why AMP saves less than half;
 - the peak is the larger of the two moments a training step has: backward starting (parameters,
-  optimizer state, every activation, and the gradient being passed back through the largest
-  activation) and the optimizer step (parameters, gradients, optimizer state and the step's
+  optimizer state, every activation, and the gradient being passed back, at most the size of
+  the largest activation) and the optimizer step (parameters, gradients, optimizer state and the step's
   temporaries: one parameter-sized buffer for Adam's denominator and Nesterov's lookahead).
 
 `measure=True` checks the estimate against reality, with real training steps at that batch size:
@@ -238,9 +238,9 @@ def estimate_row(model: nn.Module, inputs: tuple[Any, ...], precision: str, cost
     acts = measure_activations(model, inputs, precision=precision, task=task, loss_fn=loss_fn)
     batch = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
     state = cost.state_copies * trainable
-    # Backward starts with every activation alive; the gradient flowing back through the largest
-    # activation and the one it produces for the layer below exist at the same time.
-    backward = state + acts.saved_bytes + 2 * acts.largest_bytes + acts.output_bytes
+    # Backward starts with every activation alive; on top of them, the gradient being passed back
+    # (at most the size of the largest activation) and the output's own gradient.
+    backward = state + acts.saved_bytes + acts.largest_bytes + acts.output_bytes
     step = state + trainable + cost.step_temporaries * trainable
     transient = max(backward - state - acts.saved_bytes, step - state - trainable)
     estimate = total + buffers + batch + max(backward, step)
