@@ -72,3 +72,18 @@ def test_missing_script_is_a_user_error(tmp_path):
     proc = check(str(tmp_path / "nope.py"))
     assert proc.returncode == 2
     assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_list_and_command_forms_in_process(capsys, tmp_path):
+    from torchwise.cli.check import _split_command
+    from torchwise.cli.main import main
+    from torchwise.diagnose.catalog import CATALOG
+
+    assert main(["check", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(i in out for i in CATALOG) and "detected by:" in out
+    script = tmp_path / "t.py"
+    script.write_text("")
+    assert _split_command(["--", "python3", "-u", str(script), "--lr", "1"]) == (str(script), ["--lr", "1"], False)
+    assert _split_command([str(script), "a"]) == (str(script), ["a"], False)
+    assert _split_command(["python", "-m", "pkg.train", "--x"]) == ("pkg.train", ["--x"], True)

@@ -105,3 +105,11 @@ def test_max_steps_stops_the_script():
     # no validation and no epoch boundary yet: the checker allows up to 4x before stopping
     assert result.stopped_early and 20 <= result.steps <= 80
     assert "bn-small-batch" in [f.id for f in result.findings]
+
+
+def test_nonfinite_loss_names_the_module_and_the_operation():
+    result = run_quietly(ZOO / "buggy" / "log_features_nan.py")
+    f = next(f for f in result.findings if f.id == "nonfinite-loss")
+    assert "Model.compress (LogCompress)" in f.message and "torch.log" in f.message
+    src_line = (ZOO / "buggy" / "log_features_nan.py").read_text().splitlines()[int(f.where.rsplit(":", 1)[1]) - 1]
+    assert "torch.log(" in src_line

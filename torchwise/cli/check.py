@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", metavar="FILE.json", help="also write the findings as JSON")
     parser.add_argument("--overfit", action="store_true",
                         help="also check that the model can fit its first batch (overfit-one-batch sanity test)")
+    parser.add_argument("--list", action="store_true", help="list the mistakes torchwise check looks for, and exit")
     parser.add_argument("script_command", nargs=argparse.REMAINDER, metavar="[--] [python] script.py [args]",
                         help="the training script and its arguments")
 
@@ -50,6 +51,10 @@ def _split_command(command: list[str]) -> tuple[str, list[str], bool]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        from torchwise.diagnose.catalog import describe
+        print(describe())
+        return 0
     script, script_args, module = _split_command(args.script_command)
     if args.max_steps < 0:
         from torchwise.errors import TorchwiseError

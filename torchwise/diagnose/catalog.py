@@ -271,6 +271,45 @@ print(loss.item())                         # should be close to 0
 ]}
 
 
+# How each mistake is detected at run time (never from names, comments or file names).
+DETECTED_BY: dict[str, str] = {
+    "missing-zero-grad": "a tensor hook sees a new gradient arrive while .grad still holds the one step() already used, "
+                         "and the next step() of that optimizer uses it",
+    "eval-mode-missing": "a forward under no_grad, or over a loader that runs no optimizer step, with model.training "
+                         "True in a model that has Dropout/BatchNorm",
+    "train-mode-missing": "forward passes with gradients in eval mode, followed by optimizer.step()",
+    "softmax-before-loss": "every row of the cross_entropy/nll_loss input is >= 0 and sums to 1",
+    "double-sigmoid": "every input of binary_cross_entropy_with_logits lies in (0, 1)",
+    "labels-not-zero-based": "the class-index targets of cross_entropy never contain 0; the others are contiguous",
+    "output-classes-mismatch": "the model's output width exceeds the largest target + 1 over many labels",
+    "wrong-loss-for-task": "the loss's inputs/targets: MSE/L1 on integer class labels, BCE on class ids, cross_entropy "
+                           "on one output or real targets, nll_loss on positive values, MSE shapes that broadcast",
+    "params-not-in-optimizer": "parameters of a called model that have .grad at step() but are in no optimizer",
+    "unregistered-submodules": "a module with parameters runs inside a model's forward but is not in model.modules()",
+    "no-gradient-flow": "optimizer parameters whose .grad is None at every checked step()",
+    "loss-retains-graph": "a loss that went through backward() is added into a tensor that requires grad, or loss "
+                          "tensors stay alive 3+ steps after their backward()",
+    "lr-too-high": "weight update / weight norm per step, together with a loss that rises above its first value",
+    "lr-too-low": "weight update / weight norm below 1e-4 per step and a flat loss",
+    "exploding-gradients": "gradient norm / weight norm per tensor, at sampled steps",
+    "vanishing-gradients": "first-layer vs last-layer (gradient norm / weight norm), at sampled steps",
+    "dead-relu": "share of ReLU units whose output is 0 for the whole batch, at sampled steps",
+    "nonfinite-loss": "isfinite on the loss; then on every module output and operation to name where NaN/inf starts",
+    "nonfinite-input": "isfinite on model inputs and loss targets",
+    "unnormalized-input": "mean / standard deviation / per-feature scale of model inputs in training",
+    "loss-not-decreasing": "mean loss of the last quarter vs the first tenth of the run",
+    "val-augmentation": "the same validation item read twice (random state restored) differs",
+    "train-val-overlap": "hashes of evaluated samples found among the hashes of trained samples",
+    "no-shuffle": "the share of training batches that contain a single class",
+    "sampler-epoch-not-set": "DistributedSampler.epoch unchanged between iterations of its loader",
+    "dataloader-bottleneck": "time waiting in the loader's __next__ vs the whole step",
+    "pin-memory-misuse": "pin_memory=True on a loader while every model parameter is on the CPU",
+    "bn-small-batch": "batch size seen by BatchNorm layers in training",
+    "label-imbalance": "class counts of the loss targets, with no class weights in the loss",
+    "cannot-overfit-batch": "a copy of the model trained on the first batch only (--overfit)",
+}
+
+
 @dataclass
 class Finding:
     """One mistake found in one place, worded for a person."""
@@ -293,7 +332,8 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "severity": self.severity, "title": self.title, "message": self.message,
-                "where": self.where, "evidence": _jsonable(self.evidence), "why": self.why, "fix": self.fix}
+                "where": self.where, "evidence": _jsonable(self.evidence), "why": self.why, "fix": self.fix,
+                "detected_by": DETECTED_BY.get(self.id)}
 
     def render(self) -> str:
         lines = [f"[{self.severity}] {self.id}: {self.title}"]
@@ -328,3 +368,12 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (int, str, bool)) or v is None:
         return v
     return str(v)
+
+
+def describe() -> str:
+    """The catalog as text: `torchwise check --list`."""
+    lines = []
+    for e in CATALOG.values():
+        lines.append(f"{e.id:24s} {e.severity:8s} {e.title}")
+        lines.append(f"{'':24s} detected by: {DETECTED_BY.get(e.id, '-')}")
+    return "\n".join(lines)
