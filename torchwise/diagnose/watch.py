@@ -23,6 +23,7 @@ API for the Trainer (and anyone driving the loop themselves)::
     w = Watcher(deep_every=50, deep_first=5)     # check_mode=False: no script-only machinery
     w.attach(model, optimizer)                   # local hooks only; call once, before training
     w.attach_loaders(train=train_loader, val=val_loader)   # optional: enables the loader checks
+                                                 #   (patches DataLoader.__iter__ until detach())
     w.phase("train")  /  w.phase("eval")         # what the loop is doing now
     with w.loss_scope():                         # around the loss computation only:
         loss = loss_fn(outputs, targets)         #   sees F.cross_entropy & co. with their inputs
@@ -33,7 +34,9 @@ API for the Trainer (and anyone driving the loop themselves)::
     w.detach()                                   # removes every hook; the Watcher stays readable
 
 `Finding.to_dict()` gives {"id", "severity", "title", "message", "where", "evidence", "why",
-"fix"}; `w.report()` the whole JSON report; `w.render()` the text a person reads.
+"fix", "detected_by"}; `w.report()` the whole JSON report; `w.render()` the text a person reads.
+The overfit-one-batch sanity test is `torchwise.diagnose.sanity.overfit_one_batch(model, inputs,
+targets, loss_fn)` (works on a copy). Measured cost of the Trainer path: bench/bench_check_overhead.py.
 """
 from __future__ import annotations
 
