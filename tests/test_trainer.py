@@ -464,3 +464,11 @@ def test_batch_indexing_gives_the_same_training_as_per_sample_fetching():
         torchwise.Trainer(model, sgd(), train_data=train_data, max_epochs=2, progress=False).fit()
         weights.append(model.state_dict())
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_resuming_a_one_cycle_run_with_more_epochs_is_refused_clearly(tmp_path):
+    kwargs = dict(train_data=make_data(), progress=False, out_dir=tmp_path, scheduler="onecycle")
+    torchwise.Trainer(mlp(), sgd(), max_epochs=1, **kwargs).fit()
+    with pytest.raises(ConfigError, match="run's length changed") as info:
+        torchwise.Trainer(mlp(), sgd(), max_epochs=3, resume=True, **kwargs).fit()
+    assert "total steps then: 8" in str(info.value) and "total steps now: 24" in str(info.value)

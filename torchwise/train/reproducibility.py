@@ -36,7 +36,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds all CUDA devices (lazily if CUDA is not initialised yet)
 
 
-def configure_determinism(deterministic: bool) -> str:
+def configure_determinism(deterministic: bool, cuda: bool = True) -> str:
     """Switch between reproducible kernels and fast ones; returns a sentence for the run log."""
     if deterministic:
         # cuBLAS picks non-deterministic reduction orders unless its workspace is fixed; PyTorch
@@ -45,11 +45,13 @@ def configure_determinism(deterministic: bool) -> str:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
-        return "deterministic algorithms on (CUBLAS_WORKSPACE_CONFIG set, cudnn.benchmark off)"
+        return "deterministic algorithms on" + (" (CUBLAS_WORKSPACE_CONFIG set, cudnn.benchmark off)" if cuda else "")
     torch.use_deterministic_algorithms(False)
     torch.backends.cudnn.deterministic = False
     # Fixed input shapes are the common case; benchmark mode picks the fastest conv kernels.
     torch.backends.cudnn.benchmark = True
+    if not cuda:
+        return "fast kernels (deterministic=True for bit-reproducible ones)"
     return "favouring speed (cudnn.benchmark on; pass deterministic=True for bit-reproducible kernels)"
 
 

@@ -370,13 +370,13 @@ class Trainer:
         if self._setup_done:
             raise TorchwiseError("fit() was already called on this Trainer.", fix="Create a new Trainer to train again.")
         self._setup_done = True
-        self._determinism_note = configure_determinism(self.deterministic)
         self.dist, device = distributed.setup(self.device_arg, self.dist_timeout_s)
         if self.dist.enabled:
             self.device_arg = device
         # Each rank draws its own dropout masks; the data order does not depend on this seed.
         seed_everything(self.seed + self.dist.rank)
         self._setup_basics()
+        self._determinism_note = configure_determinism(self.deterministic, cuda=self.device.type == "cuda")
         # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
         self.train_model = distributed.wrap_model(self.model, self.dist, self.device, self.strategy)
         self.optimizer = self._build_optimizer()
@@ -478,6 +478,7 @@ class Trainer:
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
             "rng": rng_per_rank[0],
             "rng_per_rank": rng_per_rank,
+            "schedule_total_steps": self._total_steps,
             "data": {"seed": self.seed, "train_samples": _len_or_minus1(self.train_data),
                      "batches_per_epoch": self.train_loader.batches_per_epoch(), "world_size": self.dist.world_size,
                      "batch_size": self.batch_size},
@@ -522,6 +523,14 @@ class Trainer:
         else:
             self.optimizer.load_state_dict(state["optimizer"])
         if self.schedule is not None and state["scheduler"] is not None:
+            saved_total = state.get("schedule_total_steps", self._total_steps)
+            # one-cycle and cosine are laid out over the whole run: a longer run cannot continue them
+            _require(not isinstance(self.scheduler_spec, str) or self.schedule.interval != "step"
+                     or saved_total == self._total_steps,
+                     "The run's length changed, and its learning-rate schedule was laid out for the old length.",
+                     {"scheduler": self.scheduler_spec, "total steps then": saved_total, "total steps now": self._total_steps},
+                     "Resume with the original max_epochs/max_steps, or start a new run initialised from this run's "
+                     "weights (torchwise.load_model / --weights RUN/final/model.safetensors).")
             self.schedule.scheduler.load_state_dict(state["scheduler"])
         if self.step_runner.scaler is not None and state["scaler"] is not None:
             self.step_runner.scaler.load_state_dict(state["scaler"])
