@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("torchwise.cli.doctor", "check that torch really computes on every device; versions, driver, workers"),
     "export": ("torchwise.cli.export", "export a run or checkpoint to ONNX / TorchScript / .pt2, verified against PyTorch"),
     "predict": ("torchwise.cli.predict", "top-k predictions from an exported .onnx model (no torch needed)"),
+    "tune": ("torchwise.cli.tune", "hyperparameter search (Optuna): every trial a real train run, pruned, resumable"),
     "lr-find": ("torchwise.cli.lr_find", "sweep the learning rate, plot loss against it and suggest one (same flags as train)"),
     "summary": ("torchwise.cli.summary", "per-layer output shapes, parameters and activation memory of a model"),
     "memory": ("torchwise.cli.memory", "where training memory goes per precision; largest batch that fits; checkpointing"),
