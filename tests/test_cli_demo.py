@@ -27,3 +27,11 @@ def test_demo_trains_digits_fast_and_accurately(tmp_path):
     assert (run_dir / "report.html").is_file()
     assert f"open the report: {run_dir / 'report.html'}" in proc.stdout
     assert "next, try:" in proc.stdout and "eval --run" in proc.stdout
+    # the chain ends with export + onnxruntime verification + one prediction from the .onnx alone
+    assert (run_dir / "export" / "model.onnx").is_file()
+    assert "matches PyTorch (max abs error" in proc.stdout
+    assert "prediction from model.onnx alone" in proc.stdout
+    predicted = run_cli("predict", run_dir / "export" / "model.onnx", tmp_path / "demo" / "digits" / "7", "--json")
+    assert predicted.returncode == 0, predicted.stderr
+    top1 = [row["predictions"][0]["class"] for row in json.loads(predicted.stdout)]
+    assert sum(label == "7" for label in top1) >= 0.9 * len(top1)

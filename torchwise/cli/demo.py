@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchwise.cli import train as train_cmd
     from torchwise.data.digits import write_digits
+    from torchwise.export import export_verify_predict
 
     out = Path(args.out)
     started = time.perf_counter()
@@ -58,13 +59,21 @@ def run(args: argparse.Namespace) -> int:
     parser = argparse.ArgumentParser(prog="torchwise train")
     train_cmd.add_arguments(parser)
     summary = train_cmd.train_run(train_cmd.resolve_config(parser.parse_args(argv)))
-    elapsed = time.perf_counter() - started
     accuracy = summary["evaluation"]["accuracy"]
+    # The chain's last links: export to ONNX, verify it against PyTorch with onnxruntime, and predict
+    # one validation image from the .onnx file alone.
+    print("\ndemo: export + verification + one prediction")
+    exported = export_verify_predict(run_dir)
+    elapsed = time.perf_counter() - started
     python = "torchwise" if Path(sys.argv[0]).name == "torchwise" else f"{Path(sys.executable).name} -m torchwise"
     print(f"\ndemo: finished in {elapsed:.1f} s; validation accuracy {accuracy:.2%}")
+    if exported["ok"]:
+        print(f"demo: ONNX model {exported['onnx']} matches PyTorch (max abs error {exported['max_abs_err']:.1e})")
     print(f"demo: open the report: {summary['report']}")
     print("\nnext, try:")
     print(f"  {python} eval --run {run_dir}")
+    print(f"  {python} predict {exported['onnx'] or run_dir} {digits / '7'}   # a folder of images, top-3 each")
+    print(f"  {python} check -- python your_train.py     # find the silent mistakes in your own script")
     print(f"  {python} train --out {run_dir} --resume        # after an interruption (Ctrl-C): continue where it stopped")
     print(f"  {python} train --config {run_dir / 'config.yaml'} --model mlp --out {out / 'run-mlp'}"
           "   # same settings, another model")
