@@ -81,7 +81,7 @@ def decide(w, ls: dict) -> list[Finding]:
             for info in w.roots.values():
                 names += [info.label + "." + n for pid, n in info.param_names.items() if pid in ids]
             if ids:
-                out.append(Finding("no-gradient-flow", where=w.step_where,
+                out.append(Finding("no-gradient-flow", where=w.step_where, severity="warning",
                                    message=f"{len(ids)} of {partial[-1]['total']} parameter tensors never receive a "
                                            f"gradient ({len(partial)} checked steps): "
                                            f"{', '.join(names[:6]) or 'unnamed'}{' ...' if len(names) > 6 else ''}. "
@@ -140,7 +140,7 @@ def decide(w, ls: dict) -> list[Finding]:
     # the loss does not go down
     flags = getattr(w, "_lr_flags", {})
     if ls.get("first") is not None and ls["n"] >= 30 and ls["first_bad"] is None and not any(flags.values()) \
-            and ls["last"] > 0.97 * ls["first"] and ls["first"] > 1e-3:
+            and ls["last"] > 0.97 * ls["first"] and ls["first"] > 1e-3 and not ls["learned"]:
         out.append(Finding("loss-not-decreasing", where=w.backward_where,
                            message=f"Over {ls['n']} loss values the training loss went from {ls['first']:.4g} (first "
                                    f"10%) to {ls['last']:.4g} (last 25%).",

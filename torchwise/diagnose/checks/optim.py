@@ -105,6 +105,11 @@ def loss_summary(w) -> dict:
         s["last"] = sum(tail) / len(tail)
         s["max"] = max(head)
     s["finite"] = finite
+    # a classification loss far below chance level means the model has learned: a flat curve then is
+    # convergence (or fine-tuning a trained model), not a failure to learn
+    C = w.cls.get("C")
+    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
+    s["learned"] = bool(chance and s.get("last") is not None and s["last"] < 0.5 * chance)
     return s
 
 
@@ -141,7 +146,7 @@ def decide(w, ls: dict) -> list[Finding]:
                                      "loss_last": ls.get("last")}))
     lr_low = False
     if med is not None and med < 1e-4 and len(ratios) >= 3 and ls.get("first") is not None \
-            and ls["last"] > 0.98 * ls["first"]:
+            and ls["last"] > 0.98 * ls["first"] and not ls["learned"]:
         lr_low = True
         lrs = sorted({g["lr"] for o in w.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
         out.append(Finding("lr-too-low", where=w.step_where,
