@@ -72,5 +72,8 @@ def test_cli_summary_user_errors(capsys):
     assert "--input-size" in capsys.readouterr().err
     assert main(["summary", "--input-size", "3,8,8"]) == 2
     assert "--run RUNDIR or --model NAME" in capsys.readouterr().err
-    assert main(["summary", "--model", "smallcnn", "--input-size", "3,x"]) == 2
+    assert main(["summary", "--model", "smallcnn", "--input-size", "3,a"]) == 2
     assert "Cannot read --input-size" in capsys.readouterr().err
+    assert main(["summary", "--model", "smallcnn", "--input-size", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "does not accept an input of this shape" in err and "C,H,W" in err

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from torchwise.cli.summary import add_model_source, load_model_source
+from torchwise.cli.summary import add_model_source, load_model_source, shape_errors_explained
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     model, shape, _ = load_model_source(args)
     example = torch.randn(1, *shape)
     out: dict = {}
+    with shape_errors_explained(shape):
+        from torchwise.toolbox.summary import summary
+
+        summary(model, example)  # one cheap forward: a wrong --input-size is reported before any measuring
     report = memory_estimate(model, example, batch_size=args.batch_size, optimizer=args.optimizer,
                              precisions=tuple(args.precision) if args.precision else None, device=args.device,
                              measure=args.measure, threads=args.threads)

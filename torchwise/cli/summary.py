@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,19 @@ def load_model_source(args: argparse.Namespace) -> tuple[Any, tuple[int, ...], s
     return model, shape, spec
 
 
+@contextlib.contextmanager
+def shape_errors_explained(shape: tuple[int, ...]):
+    """A forward that fails on the given --input-size is the user's input, not a bug: say so."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "out of memory" in str(exc):
+            raise
+        raise TorchwiseError("The model does not accept an input of this shape.",
+                             values={"input size": ",".join(map(str, shape)), "error": str(exc).splitlines()[0]},
+                             fix="images need C,H,W (e.g. 3,32,32); feature vectors a single count (e.g. 20)") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_source(parser)
     parser.add_argument("--batch-size", type=int, default=1, help="batch of the example input (default 1)")
@@ -71,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from torchwise.toolbox.summary import summary
 
     model, shape, _ = load_model_source(args)
-    result = summary(model, torch.randn(args.batch_size, *shape))
+    with shape_errors_explained(shape):
+        result = summary(model, torch.randn(args.batch_size, *shape))
     print(result.table())
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2))
