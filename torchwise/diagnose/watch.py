@@ -200,11 +200,12 @@ class _Mode(TorchFunctionMode):
     def __init__(self, watcher: "Watcher"):
         super().__init__()
         self.w = watcher
+        self.active = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         w = self.w
-        if not (w._deep or w._loss_scope):
+        if not self.active or not (w._deep or w._loss_scope):
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         if w._op_hunt:
@@ -383,8 +384,14 @@ class Watcher:
             return
         self._set_deep(False)
         if self._mode is not None:
+            self._mode.active = False
             try:
-                self._mode.__exit__(None, None, None)
+                from torch.overrides import _get_current_function_mode_stack
+                stack = _get_current_function_mode_stack()
+                if stack and stack[-1] is self._mode:
+                    self._mode.__exit__(None, None, None)
+                # else: the user entered a mode of their own on top and has not left it; ours stays
+                # underneath, inert, rather than popping theirs
             except Exception:
                 pass
             self._mode = None
