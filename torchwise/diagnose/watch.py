@@ -621,6 +621,8 @@ class Watcher:
                 self._hit("eval-mode-missing", info={"model": info.label}, where_skip=2)
         elif not training and info.has_mode_layers:
             self._pending_evalmode_train = self._pending_evalmode_train or (user_where() or "?")
+        else:
+            self._pending_evalmode_train = None  # the forward that feeds the next step() runs in train mode
         x = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if x is None and args and isinstance(args[0], (tuple, list)):
             x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
@@ -677,6 +679,8 @@ class Watcher:
         if rows.device.type != "cpu":
             rows = rows.cpu()
         rows = rows.reshape(rows.shape[0], -1)
+        if rows.dtype in (torch.bfloat16, torch.float16):
+            rows = rows.float()  # numpy has no bfloat16
         if rows.shape[1] > 2048:  # large samples (images): a fixed spread of 2048 values identifies them
             rows = rows[:, :: rows.shape[1] // 2048]
         rows = rows.contiguous().numpy()
