@@ -345,6 +345,7 @@ class Watcher:
         self.eval_groups: list[dict] = []
         self._eval_group_open = False
         self.val_aug_checked: set[int] = set()
+        self.val_aug_candidates: list[dict] = []
         self.overfit_capture: dict | None = None
         self.capture_overfit = False
         self._findings: list[Finding] | None = None

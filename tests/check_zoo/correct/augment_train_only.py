@@ -40,4 +40,5 @@ for epoch in range(2):
     model.eval()
     with torch.no_grad():
         acc = sum((model(xb).argmax(1) == yb).sum().item() for xb, yb in val_loader) / 297
-    print(epoch, acc)
+        train_acc = sum((model(xb).argmax(1) == yb).sum().item() for xb, yb in train_loader) / 1500
+    print(epoch, round(train_acc, 3), acc)

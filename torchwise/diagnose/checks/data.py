@@ -64,22 +64,24 @@ def check_val_augmentation(w, info) -> None:
     finally:
         _set_rng_state(state)
     if differs:
-        w.hits["val-augmentation"] = w.hits.get("val-augmentation", 0) + 1
-        w.hit_where.setdefault("val-augmentation", info.site)
-        w.hit_info["val-augmentation"] = {"samples_checked": len({0, n // 2, n - 1}), "samples_that_changed": differs,
-                                          "dataset": type(ds).__name__}
+        w.val_aug_candidates.append({"dataset": id(ds), "site": info.site, "samples_checked": len({0, n // 2, n - 1}),
+                                     "samples_that_changed": differs, "dataset_type": type(ds).__name__})
 
 
 def decide(w) -> list[Finding]:
     out: list[Finding] = []
     h = w.hits
-    if h.get("val-augmentation"):
-        info = w.hit_info["val-augmentation"]
-        out.append(Finding("val-augmentation", where=w.hit_where.get("val-augmentation"),
+    # a loader that is also trained on (train accuracy computed over the train loader) is not validation data
+    trained = {id(getattr(p.loader, "dataset", None)) for p in w.passes if p.steps > 0}
+    for info in w.val_aug_candidates:
+        if info["dataset"] in trained:
+            continue
+        out.append(Finding("val-augmentation", where=info["site"],
                            message=f"Reading the same validation sample twice gives different data "
                                    f"({info['samples_that_changed']} of {info['samples_checked']} samples of the "
-                                   f"{info['dataset']} used for evaluation changed between two reads).",
-                           evidence=info))
+                                   f"{info['dataset_type']} used for evaluation changed between two reads).",
+                           evidence={k: v for k, v in info.items() if k != "dataset"}))
+        break
     out.extend(_overlap(w))
     out.extend(_shuffle(w))
     for sid, recs in w.sampler_epochs.items():
