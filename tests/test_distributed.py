@@ -142,3 +142,25 @@ def test_fsdp_sharded_checkpoint_resumes_on_two_ranks_and_on_one_process(tmp_pat
     loaded = load_file(str(copy / "final" / "model.safetensors"))
     assert all(torch.equal(loaded[k], saved[k]) for k in saved)
     assert result(copy)["history"][-1]["val_acc"] > 0.5
+
+
+def test_cli_train_on_two_processes(image_folder, tmp_path):
+    """`torchwise train --nproc 2` launches itself through torchrun; rank 0 alone writes the run."""
+    from conftest import run_cli
+
+    run_dir = tmp_path / "run"
+    common = ["--data", image_folder, "--out", run_dir, "--model", "smallcnn", "--batch-size", "8", "--seed", "0"]
+    proc = run_cli("train", *common, "--epochs", "2", "--nproc", "2", "--quiet", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("done: val accuracy") == 1  # reported once, by rank 0
+    n_train = len(json.loads((run_dir / "split.json").read_text())["train"])
+    last_step = int((run_dir / "metrics.csv").read_text().splitlines()[-1].split(",")[1])
+    assert last_step == 2 * -(-(-(-n_train // 2)) // 8)  # each rank ran half the data in batches of 8
+    for name in ("config.yaml", "metrics.csv", "eval.json", "report.html", "final/model.safetensors"):
+        assert (run_dir / name).is_file(), name
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["examples"] == len(evaluation["worst"]) or evaluation["examples"] > 0
+    # the same run evaluated in one process agrees with what the two ranks gathered
+    single_eval = run_cli("eval", "--run", run_dir, timeout=120)
+    assert single_eval.returncode == 0, single_eval.stderr
+    assert f"accuracy {evaluation['accuracy']:.4f}" in single_eval.stdout

@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--show-config", action="store_true", help="print the resolved configuration and every key; "
                                                                  "do not train")
     out.add_argument("--quiet", action="store_true", help="no progress bars")
+    dist = parser.add_argument_group("several processes (DDP through torchrun)")
+    dist.add_argument("--nproc", type=int, metavar="N", help="processes on this machine (one per GPU; gloo on CPU)")
+    dist.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines taking part (default 1)")
+    dist.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine's rank, 0..M-1")
+    dist.add_argument("--master", metavar="HOST:PORT", help="rank 0's machine (default: 127.0.0.1 and a free port)")
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -159,21 +164,34 @@ def train_run(config, *, log=print) -> dict[str, Any]:
         raise TorchwiseError("No run directory given.", values={"output.dir": None},
                              fix="pass --out RUNDIR (where checkpoints, metrics and the report go)")
     run_dir = Path(config.output.dir)
-    _check_run_dir(run_dir, config.train.resume)
-    _check_resume_plan(config, run_dir)
+    # Under torchrun every rank runs this function; rank 0 alone checks, writes and reports, and the
+    # others prepare their data after it (so they never read a half-written file).
+    dist_env = _join_process_group(config)
+    main = dist_env.is_main
+    if not main:
+        log = lambda *_args, **_kwargs: None  # noqa: E731
+    if main:
+        _check_run_dir(run_dir, config.train.resume)
+        _check_resume_plan(config, run_dir)
     started = time.perf_counter()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
-    run_dir.mkdir(parents=True, exist_ok=True)
     config = _with_absolute_paths(config)
-    # `resume` is what this invocation does, not a property of the run: a saved `resume: true`
-    # would make `--config RUN/config.yaml` fail for a new run.
-    dataclasses.replace(config, train=dataclasses.replace(config.train, resume=False)).save(run_dir / "config.yaml")
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # `resume` is what this invocation does, not a property of the run: a saved `resume: true`
+        # would make `--config RUN/config.yaml` fail for a new run.
+        dataclasses.replace(config, train=dataclasses.replace(config.train, resume=False)).save(run_dir / "config.yaml")
+        task = prepare_task(config, run_dir, progress=_progress_enabled(config.output.progress))
+    from torchwise.train.distributed import barrier
 
-    task = prepare_task(config, run_dir, progress=_progress_enabled(config.output.progress))
+    barrier(dist_env)
+    if not main:
+        task = prepare_task(config, None)
     _log_data(task, log)
     meta = {**task.meta(), "data_path": str(Path(config.data.path).resolve())}
-    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+    if main:
+        (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
 
     # The weights are initialized here, before the Trainer seeds anything: seed now, or the same
     # --seed would give a different model on every run.
@@ -184,8 +202,11 @@ def train_run(config, *, log=print) -> dict[str, Any]:
     result = trainer.fit()
     timing = _timing(result, time.perf_counter() - fit_started, config, task, trainer)
 
-    evaluation, worst = _evaluate(trainer, task, meta, run_dir, config.output.worst_examples)
+    evaluation, worst = _evaluate(trainer, task, meta, run_dir, config.output.worst_examples, write=main)
     report_path = None
+    if not main:
+        return {"run_dir": str(run_dir), "evaluation": evaluation, "timing": timing, "report": None,
+                "final": str(result.final_path)}
     if config.output.report:
         timing["run_time_s"] = round(time.perf_counter() - started, 2)
         report_path = _report(run_dir, config, task, evaluation, worst, timing)
@@ -227,7 +248,7 @@ def _timing(result, train_time: float, config, task, trainer) -> dict[str, Any]:
             "device": str(trainer.device), "threads": torch.get_num_threads()}
 
 
-def _evaluate(trainer, task, meta: dict[str, Any], run_dir: Path, n_worst: int):
+def _evaluate(trainer, task, meta: dict[str, Any], run_dir: Path, n_worst: int, write: bool = True):
     """Validation metrics of the final weights (the same functions `torchwise eval` uses) -> eval.json."""
     from torchwise.cli.eval import evaluate_outputs, worst_examples
 
@@ -236,8 +257,19 @@ def _evaluate(trainer, task, meta: dict[str, Any], run_dir: Path, n_worst: int):
     worst = []
     if task.problem == "classification":
         worst = worst_examples(outputs, targets, task.val_ids, task.class_names, n_worst)
-    (run_dir / "eval.json").write_text(json.dumps({**evaluation, "worst": worst, "data": task.summary}, indent=2))
+    if write:
+        (run_dir / "eval.json").write_text(json.dumps({**evaluation, "worst": worst, "data": task.summary}, indent=2))
     return evaluation, worst
+
+
+def _join_process_group(config):
+    """The torchrun environment, with the process group joined early (before any file is written)."""
+    from torchwise.train import distributed
+
+    env = distributed.env_from_torchrun()
+    if env.enabled:
+        distributed.setup(config.train.device, timeout_s=300.0)
+    return env
 
 
 def _report(run_dir: Path, config, task, evaluation, worst, timing) -> Path:
@@ -286,7 +318,31 @@ def _log_result(summary: dict[str, Any], log) -> None:
         log(f"report:  {summary['report']}")
 
 
+LAUNCH_FLAGS = {"--nproc": 1, "--nnodes": 1, "--node-rank": 1, "--master": 1}
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """Re-run this same command on N processes through torchrun, without the launch flags."""
+    from torchwise.train.distributed import launch
+
+    argv, rest = [], list(sys.argv[1:])
+    while rest:
+        item = rest.pop(0)
+        name = item.split("=", 1)[0]
+        if name in LAUNCH_FLAGS:
+            if "=" not in item:
+                rest.pop(0)
+            continue
+        argv.append(item)
+    return launch(["torchwise", *argv], nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
+                  master=args.master)
+
+
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    if args.nproc and "LOCAL_RANK" not in os.environ:
+        return _launch(args)
     config = resolve_config(args)
     if args.show_config:
         from torchwise import config as cfg

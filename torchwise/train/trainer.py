@@ -233,9 +233,13 @@ class Trainer:
         """Model outputs and targets for `data`, concatenated on the CPU, in data order."""
         self._setup_basics()
         loader = self._eval_loader(data)
-        outs, targets, _, _ = self.evaluator.gathered_outputs(loader.epoch_iter(0), loader.batches_per_epoch())
+        outs, targets, _, _ = self.evaluator.outputs(loader.epoch_iter(0), loader.batches_per_epoch())
         output = torch.cat(outs) if outs else torch.empty(0)
         target = torch.cat(targets) if targets and all(isinstance(t, torch.Tensor) for t in targets) else None
+        if self.dist.enabled:  # rank r holds samples r, r + world, ...: interleave them back into data order
+            parts = gather_objects((output, target), self.dist)
+            output = _interleave([p[0] for p in parts])
+            target = None if any(p[1] is None for p in parts) else _interleave([p[1] for p in parts])
         return output, target
 
     # ------------------------------------------------------------------ the loop's pieces
@@ -631,6 +635,14 @@ def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     if output.shape != target.shape and output.numel() == target.numel():
         output = output.reshape(target.shape)
     return nn.functional.mse_loss(output, target.to(output.dtype))
+
+
+def _interleave(shards: list[torch.Tensor]) -> torch.Tensor:
+    total = sum(len(s) for s in shards)
+    out = torch.empty((total, *shards[0].shape[1:]), dtype=shards[0].dtype)
+    for rank, shard in enumerate(shards):
+        out[rank::len(shards)] = shard
+    return out
 
 
 def _len_or_minus1(data: Any) -> int:
