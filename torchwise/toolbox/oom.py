@@ -114,7 +114,10 @@ class OOMGuard:
         return self.runner.scaler
 
     def __getattr__(self, name: str) -> Any:  # everything else the Trainer may read from its runner
-        return getattr(self.__dict__["runner"], name)
+        runner = self.__dict__.get("runner")
+        if runner is None:
+            raise AttributeError(name)
+        return getattr(runner, name)
 
     def run(self, micro_batches: list, measure_norm: bool):
         self.steps += 1
