@@ -690,10 +690,12 @@ class Watcher:
             if len(self.train_hashes) < 500_000:
                 self.train_hashes.update(hash((root, r.tobytes())) for r in rows)
         else:
-            key = self._cur_pass.index if self._cur_pass is not None and not self._cur_pass.closed else None
+            cur = self._cur_pass if self._cur_pass is not None and not self._cur_pass.closed else None
+            key = cur.index if cur is not None else None
             if not self._eval_group_open or not self.eval_groups or self.eval_groups[-1]["key"] != key:
                 self.eval_groups.append({"key": key, "hashes": [], "where": user_where(), "step": self.steps,
-                                         "root": root})
+                                         "root": root,
+                                         "dataset": id(getattr(cur.loader, "dataset", None)) if cur else None})
                 self._eval_group_open = True
             group = self.eval_groups[-1]
             if len(group["hashes"]) < 100_000:

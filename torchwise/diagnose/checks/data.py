@@ -127,15 +127,22 @@ def _train_loader_site(w) -> str | None:
 def _overlap(w) -> list[Finding]:
     if not w.train_hashes or not w.eval_groups:
         return []
-    fulls, partials, nones = [], [], []
+    fulls, partials, nones, on_train = [], [], [], []
+    trained = {id(getattr(p.loader, "dataset", None)) for p in w.passes if p.steps > 0}
     for g in w.eval_groups:
         hs = g["hashes"]
         if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation
             continue
+        if g.get("dataset") is not None and g["dataset"] in trained:
+            # accuracy over the training data itself: fine next to a real validation set, a mistake alone
+            hit = sum(x in w.train_hashes for x in hs)
+            if hit >= 0.9 * len(hs):
+                on_train.append((g, hit, len(hs)))
+            continue
         hit = sum(x in w.train_hashes for x in hs)
         frac = hit / len(hs)
         (fulls if frac >= 0.9 else partials if (frac > 0.02 and hit >= 5) else nones).append((g, hit, len(hs)))
-    bad = partials or (fulls if not nones else [])
+    bad = partials or (fulls if not nones else []) or (on_train if not (fulls or partials or nones) else [])
     if not bad:
         return []
     g, hit, n = bad[0]
