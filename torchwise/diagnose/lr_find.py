@@ -134,6 +134,17 @@ def _interp(xs: list[float], ys: list[float], x: float) -> float:
 # ----------------------------------------------------------------------------- state save / restore
 
 
+def _to_cpu(obj: Any) -> Any:
+    """A deep copy with every tensor copied to the CPU (always a copy, also for CPU tensors)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
 class _Snapshot:
     """Everything a sweep changes, captured before and put back after (also on error)."""
 
@@ -141,10 +152,11 @@ class _Snapshot:
         from torchwise.train.reproducibility import capture_rng_state
 
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
-        # clone(): state_dict() returns the live tensors, which the sweep is about to change in place
-        self.weights = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
-        self.grads = {p: (p.grad.detach().clone() if p.grad is not None else None) for p in model.parameters()}
-        self.optimizer_state = copy.deepcopy(optimizer.state_dict())
+        # Copies on the CPU: state_dict() returns the live tensors, which the sweep is about to change in
+        # place, and a second copy of weights and optimizer state on the GPU could itself run out of memory.
+        self.weights = {k: _to_cpu(v.detach()) for k, v in model.state_dict(keep_vars=True).items()}
+        self.grads = {p: (_to_cpu(p.grad.detach()) if p.grad is not None else None) for p in model.parameters()}
+        self.optimizer_state = _to_cpu(optimizer.state_dict())  # load_state_dict moves it back to the params
         self.scheduler_state = copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None
         self.training = {m: m.training for m in model.modules()}
         self.rng = capture_rng_state()
@@ -156,7 +168,7 @@ class _Snapshot:
             for key, value in self.model.state_dict(keep_vars=True).items():
                 value.copy_(self.weights[key])
         for p, g in self.grads.items():
-            p.grad = g
+            p.grad = g.to(p.device) if g is not None else None
         self.optimizer.load_state_dict(self.optimizer_state)  # also drops state the sweep created
         if self.scheduler is not None:
             self.scheduler.load_state_dict(self.scheduler_state)
