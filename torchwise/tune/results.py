@@ -97,6 +97,9 @@ def write_plots(study, study_dir: Path, log: Callable[[str], None]) -> list[Path
                 warnings.simplefilter("ignore")
                 ax = plot(study)
             figure = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+            if name == "intermediate_values.png":
+                ax.set_xlabel("evaluation (validation run) of the trial")
+                ax.set_ylabel(study.user_attrs["settings"]["metric"])
             figure.set_size_inches(8, 5)
             figure.savefig(study_dir / name, dpi=110, bbox_inches="tight")
             plt.close(figure)

@@ -215,8 +215,9 @@ def make_pruner(name: str, n_trials: int):
     import optuna
 
     if name == "median":
-        # Steps are evaluation indices (1, 2, ...), so trials with other batch sizes line up.
-        return optuna.pruners.MedianPruner(n_startup_trials=min(5, max(1, n_trials // 5)), n_warmup_steps=0)
+        # Steps are evaluation indices (1, 2, ...), so trials with other batch sizes line up. At least two
+        # complete trials before pruning: a median of one is just the first trial, luck included.
+        return optuna.pruners.MedianPruner(n_startup_trials=min(5, max(2, n_trials // 5)), n_warmup_steps=0)
     if name == "halving":
         return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
     if name == "none":

@@ -119,8 +119,9 @@ def trial_config(base: dict[str, Any], params: dict[str, Any], run_dir: Path, th
 def _describe_error(exc: BaseException) -> str:
     from torchwise.errors import TorchwiseError
 
-    if isinstance(exc, TorchwiseError):
-        return f"{type(exc).__name__}: {exc.what}"
+    if isinstance(exc, TorchwiseError):  # one line: what, then the values (the fix is in error.txt)
+        values = "; ".join(f"{k}: {v}" for k, v in exc.values.items())
+        return f"{type(exc).__name__}: {exc.what}" + (f" ({values})" if values else "")[:400]
     name = type(exc).__name__
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if "out of memory" in str(exc).lower():
@@ -157,10 +158,10 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
 
     try:
         config = trial_config(settings["base_config"], params, run_dir, threads)
-        run_training(config, reporter, log)
+        summary = run_training(config, reporter, log)
     except Exception as exc:  # noqa: BLE001 - any failure of one trial is recorded and the search goes on
         reason = _describe_error(exc)
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        (run_dir / "error.txt").write_text(f"{exc}\n\n{traceback.format_exc()}")
         _release_memory()
         trial.set_user_attr("fail_reason", reason)
         trial.set_user_attr("duration_s", round(time.perf_counter() - started, 2))
@@ -179,6 +180,8 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
         study.tell(trial, state=TrialState.FAIL)
         say(f"trial {trial.number}: FAILED {reason}")
         return
+    if reporter.pruned_at is not None and _ran_to_the_end(summary, config):
+        reporter.pruned_at = None  # flagged at its last evaluation: it saved nothing, the result is real
     if reporter.pruned_at is not None:
         study.tell(trial, state=TrialState.PRUNED)
         say(f"trial {trial.number}: pruned after evaluation {reporter.pruned_at} "
@@ -194,6 +197,14 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
         return
     study.tell(trial, value)
     say(f"trial {trial.number}: done   {metric} {value:.4g} ({len(reporter.values)} evaluations, {duration:.1f} s)")
+
+
+def _ran_to_the_end(summary: dict[str, Any], config) -> bool:
+    timing = summary.get("timing") or {}
+    steps, epochs = timing.get("steps"), timing.get("epochs")
+    if config.train.max_steps is not None and steps is not None and steps >= config.train.max_steps:
+        return True
+    return epochs is not None and epochs >= config.train.epochs
 
 
 def _release_memory() -> None:
