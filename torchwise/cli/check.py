@@ -16,8 +16,8 @@ DEFAULT_MAX_STEPS = 300  # mirrors torchwise.diagnose.runner.DEFAULT_MAX_STEPS (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS, metavar="N",
-                        help=f"stop the script after N optimizer steps (default {DEFAULT_MAX_STEPS}, once validation "
-                             "has run or an epoch ended without it); 0 runs it to the end")
+                        help=f"stop the script after N optimizer steps (default {DEFAULT_MAX_STEPS}); if no validation "
+                             "has run yet and no epoch has ended, wait for one up to 2N steps; 0 runs it to the end")
     parser.add_argument("--report", metavar="FILE.json", help="also write the findings as JSON")
     parser.add_argument("--overfit", action="store_true",
                         help="also check that the model can fit its first batch (overfit-one-batch sanity test)")

@@ -956,7 +956,7 @@ class Watcher:
             self._stack.clear()
         if self.max_steps and self.steps >= self.max_steps:
             enough = (self.eval_seen or self.epoch_without_eval or not self.passes
-                      or self.steps >= 4 * self.max_steps)
+                      or self.steps >= 2 * self.max_steps)
             if enough:
                 raise StopScript()
 
