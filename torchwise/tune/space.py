@@ -120,7 +120,7 @@ def _parse(key: str, spec: Any) -> Param:
     from torchwise.config import coerce_value
 
     try:  # an unknown key gets the config's own error, with its allowed keys and did-you-mean
-        coerce_value(key, _sample_value(key))
+        coerce_value(key, default_value(key))
     except ConfigError as exc:
         raise ConfigError(exc.what, values={**exc.values, "value": spec}, fix=exc.fix) from None
     if key in _NOT_SEARCHABLE:
@@ -234,7 +234,7 @@ def _numeric(key: str, kind: str, spec: Mapping[str, Any]) -> Param:
     return Param(key, kind, low=low, high=high, step=step, log=log and kind == "int")
 
 
-def _sample_value(key: str) -> Any:
+def default_value(key: str) -> Any:
     """A value that passes type checks for `key` when it exists (so that only unknown keys fail)."""
     from torchwise.config import SECTIONS
 

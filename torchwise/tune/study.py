@@ -102,11 +102,20 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         if old.get(key) != new.get(key):
             out[key] = f"{old.get(key)} -> {new.get(key)}"
     old_cfg, new_cfg = comparable(old.get("base_config", {})), comparable(new.get("base_config", {}))
-    changed = {k: f"{old_cfg.get(k)!r} -> {new_cfg.get(k)!r}" for k in sorted(set(old_cfg) | set(new_cfg))
-               if old_cfg.get(k) != new_cfg.get(k)}
+    # A key only one side knows (a torchwise upgrade added or removed it) matters only if it is set
+    # to something other than its default.
+    changed = {k: f"{old_cfg.get(k, '(default)')!r} -> {new_cfg.get(k, '(default)')!r}"
+               for k in sorted(set(old_cfg) | set(new_cfg))
+               if old_cfg.get(k, _default(k)) != new_cfg.get(k, _default(k))}
     if changed:
         out["config changes"] = changed
     return out
+
+
+def _default(key: str) -> Any:
+    from torchwise.tune.space import default_value
+
+    return default_value(key)
 
 
 # ----------------------------------------------------------------------------- accounting
