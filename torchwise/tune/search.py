@@ -194,6 +194,7 @@ def _run_workers(study, study_dir: Path, url: str, name: str, *, trials: int, pa
         for proc in procs:
             proc.wait()
         st.recover_interrupted(study, log)
+        log("tune: search interrupted; run the same command again to resume (finished trials are kept)")
         raise
     finally:
         for relay in relays:

@@ -242,6 +242,9 @@ def main(argv: list[str]) -> int:
 
     job = json.loads(argv[0])
     _die_with_parent()
+    # Ctrl-C reaches the whole process group; the coordinator alone handles it (it ends the workers
+    # and marks their trials interrupted), so a worker does not print a traceback per trial.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study_dir = Path(job["study_dir"])
