@@ -27,3 +27,62 @@ def test_python_example_runs_as_written(tmp_path):
     script.write_text(block)
     again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode != 0 and "already holds checkpoints" in again.stderr
+
+
+def console_commands(section_marker: str) -> list[str]:
+    """The `$ ` lines of the console blocks after `section_marker`, up to the next `## ` heading."""
+    section = README.split(section_marker, 1)[1].split("\n## ", 1)[0]
+    commands = []
+    for block in re.findall(r"```console\n(.*?)```", section, re.S):
+        commands += [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+    return commands
+
+
+# What a README command is expected to end with (all others must succeed).
+EXPECTED_FAILURES = {"--set train.schedular=onecycle": (2, "did you mean: train.scheduler")}
+
+
+def run_readme_command(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    import shlex
+
+    argv = shlex.split(command)
+    assert argv[0] == "torchwise", command
+    return subprocess.run([sys.executable, "-m", "torchwise", *argv[1:]], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_every_command_of_the_cli_tour_runs(tmp_path):
+    commands = console_commands("<!-- readme-tour")
+    assert commands[0].startswith("torchwise demo") and len(commands) >= 7
+    for command in commands:
+        proc = run_readme_command(command, tmp_path)
+        expected = next((v for k, v in EXPECTED_FAILURES.items() if k in command), None)
+        if expected is None:
+            assert proc.returncode in (0, 1) if " doctor" in command else proc.returncode == 0, \
+                f"{command}\n{proc.stdout}\n{proc.stderr}"
+        else:
+            assert proc.returncode == expected[0] and expected[1] in proc.stderr, f"{command}\n{proc.stderr}"
+
+
+def test_the_multi_node_recipe_runs_on_one_machine(tmp_path):
+    import shlex
+
+    from torchwise.data.digits import write_digits
+    from torchwise.train.distributed import free_port
+
+    block = README.split("<!-- readme-multinode", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert len(lines) == 2 and all("--nnodes 2" in line for line in lines)
+    data = write_digits(tmp_path / "digits")
+    port = free_port()
+    nodes = []
+    for line in lines:
+        line = line.replace("10.0.0.1:29400", f"127.0.0.1:{port}").replace("DATA", str(data))
+        line = line.replace("RUNDIR", str(tmp_path / "run")) + " --epochs 1 --quiet"
+        argv = shlex.split(line)
+        nodes.append(subprocess.Popen([sys.executable, "-m", "torchwise", *argv[1:]], cwd=tmp_path, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+    assert "done: val accuracy" in outputs[0][0]

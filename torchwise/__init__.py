@@ -22,6 +22,11 @@ _LAZY = {
     "seed_everything": "torchwise.train.reproducibility",
     "TorchwiseError": "torchwise.errors",
     "watch": "torchwise.diagnose.watch",
+    "summary": "torchwise.toolbox.summary",
+    "memory_estimate": "torchwise.toolbox.memory",
+    "find_batch_size": "torchwise.toolbox.batch_size",
+    "enable_checkpointing": "torchwise.toolbox.checkpointing",
+    "lr_find": "torchwise.diagnose.lr_find",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -82,6 +82,10 @@ class TrainConfig:
     deterministic: bool = _opt(False, "use deterministic kernels (slower)")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = _opt("auto", "numeric precision")
     device: str = _opt(AUTO, "auto, cpu, cuda, cuda:1, mps, ...")
+    on_oom: Literal["raise", "adapt"] = _opt("raise", "on out-of-memory: adapt = half micro-batch, double "
+                                                      "accumulation, same result")
+    strategy: Literal["auto", "ddp", "fsdp"] = _opt("auto", "with several processes: ddp replicates the model, "
+                                                           "fsdp shards it (models too big for one device)")
     threads: int | None = _opt(None, "CPU threads for torch ops (none: torch's default); 1 is fastest for "
                                      "tiny models on a busy machine", min=1)
     checkpoint_every: int | None = _opt(None, "save a checkpoint every N optimizer steps", min=1)

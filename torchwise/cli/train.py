@@ -230,7 +230,8 @@ def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
         keep_last=t.keep_last, resume=t.resume, progress=config.output.progress,
         scheduler=None if t.scheduler == "none" else t.scheduler, warmup_steps=t.warmup_steps,
         early_stopping=EarlyStopping(patience=t.early_stopping) if t.early_stopping else None,
-        num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta,
+        num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta, strategy=t.strategy,
+        on_oom=t.on_oom,
     )
 
 

@@ -174,7 +174,11 @@ def install(trainer: Any, mode: str = "adapt", notify: Callable[[str], None] | N
         OOMGuard(None, mode)  # raises the clear error
 
     def wrap(trainer: Any, **_: Any) -> None:
-        if not isinstance(trainer.step_runner, OOMGuard):
+        if isinstance(trainer.step_runner, OOMGuard):  # the Trainer's own guard: switch its mode
+            trainer.step_runner.mode = mode
+            if notify is not None:
+                trainer.step_runner.notify = notify
+        else:
             trainer.step_runner = OOMGuard(trainer.step_runner, mode, notify, accumulate=trainer.accumulate)
 
     return trainer.on("fit_start", wrap)

@@ -19,6 +19,7 @@ class Evaluator:
     def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor], precision: Precision,
                  device: torch.device, task: str, metrics: dict[str, MetricFn] | None,
                  dist_env: DistEnv = DistEnv()):
+        self.watcher: Any = None  # set by the Trainer when checks are on
         # `model` is the plain module, never the DDP wrapper: DDP's forward may broadcast buffers, a
         # collective that would hang when ranks hold different numbers of validation batches.
         self.model, self.loss_fn, self.precision, self.device = model, loss_fn, precision, device
@@ -35,6 +36,8 @@ class Evaluator:
         was_training = self.model.training
         rng = capture_rng_state()  # so that validating never changes what training does next
         self.model.eval()
+        if self.watcher is not None:
+            self.watcher.phase("eval")
         outs, targets, loss_sum, count = [], [], 0.0, 0
         non_blocking = self.device.type == "cuda"
         try:
@@ -51,6 +54,8 @@ class Evaluator:
                     self.model(*inputs)
         finally:
             self.model.train(was_training)
+            if self.watcher is not None:
+                self.watcher.phase("train")
             restore_rng_state(rng)
         return outs, targets, loss_sum, count
 

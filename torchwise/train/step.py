@@ -25,9 +25,10 @@ class StepResult:
 class StepRunner:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
                  precision: Precision, device: torch.device, clip_grad_norm: float | None,
-                 dist_env: DistEnv = DistEnv()):
+                 dist_env: DistEnv = DistEnv(), watcher: Any = None):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.dist = dist_env
+        self.watcher = watcher if watcher is not None else _NoWatcher()  # torchwise check's detectors
         self.precision, self.device, self.clip = precision, device, clip_grad_norm
         self.scaler = precision.make_scaler(device)
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -45,7 +46,7 @@ class StepRunner:
         for i, (inputs, target, n) in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             with self._no_sync(last):
-                with self.precision.autocast(self.device):
+                with self.precision.autocast(self.device), self.watcher.loss_scope():
                     loss = self.loss_fn(model(*inputs), target)
                 self._check_loss(loss)
                 value = loss.item()
@@ -55,6 +56,7 @@ class StepRunner:
                 # Weighting by sample count makes N accumulated micro-batches equal one batch N times larger,
                 # also when the last micro-batch of an epoch is short (dividing by N would not).
                 weighted = loss * (n / total) if n != total else loss
+                self.watcher.observe_backward(loss)
                 (scaler.scale(weighted) if scaler is not None else weighted).backward()
             loss_sum += value * n
         if scaler is not None:
@@ -108,6 +110,16 @@ class StepRunner:
                                  fix="Compute the loss from the model's output without .detach(), .item() or "
                                      "torch.no_grad(), and make sure some parameters have requires_grad=True.")
         self._loss_checked = True
+
+
+class _NoWatcher:
+    """Stands in for a Watcher when checks are off, so the step has no `if` for it."""
+
+    def loss_scope(self):
+        return contextlib.nullcontext()
+
+    def observe_backward(self, loss: torch.Tensor) -> None:
+        pass
 
 
 def grad_norm(params: list[torch.Tensor]) -> float:

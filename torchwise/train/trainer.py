@@ -50,6 +50,7 @@ class FitResult:
     stopped_early: bool
     final_path: Path | None
     resumed_from: Path | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)  # torchwise check's findings on this run
 
 
 @dataclass
@@ -105,6 +106,8 @@ class Trainer:
         tensorboard: bool = True,
         dist_timeout_s: float = 300.0,
         strategy: str = "auto",
+        on_oom: str = "raise",
+        checks: bool = True,
         config: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
@@ -160,6 +163,12 @@ class Trainer:
                  {"optimizer": type(optimizer).__name__},
                  "Pass a factory: optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3).")
         self.strategy = strategy
+        _require(on_oom in ("raise", "adapt"), "on_oom must be 'raise' or 'adapt'.", {"on_oom": on_oom},
+                 "'adapt' halves the micro-batch and doubles accumulation on out-of-memory (same results); "
+                 "'raise' stops with the remedies.")
+        self.on_oom = on_oom
+        self.checks = checks
+        self.watcher = None
         self.dist = DistEnv()
         self.config = dict(config or {})
         self.metadata = dict(metadata or {})
@@ -174,6 +183,13 @@ class Trainer:
     def on(self, event: str, fn: Callable[..., Any]) -> Handle:
         """Call `fn(**payload)` at `event`; returns a handle whose .remove() unregisters it."""
         return self.events.on(event, fn)
+
+    def lr_find(self, **kwargs: Any):
+        """Learning-rate sweep with this Trainer's model, optimizer, data and precision; restores everything
+        afterwards. See torchwise.diagnose.lr_find.run_lr_find for the options and the result."""
+        from torchwise.diagnose.lr_find import run_lr_find
+
+        return run_lr_find(self, **kwargs)
 
     def request_stop(self) -> None:
         """Ask fit() to stop after the current step (from a callback)."""
@@ -210,16 +226,21 @@ class Trainer:
                     break
             if self.val_data is not None and (not pos.history or pos.history[-1]["step"] != pos.step):
                 self._evaluate_and_log(log, progress, start_time)  # the final weights are always evaluated
+        except BaseException:
+            if self.watcher is not None:  # its patches (DataLoader.__iter__) must not outlive the run
+                self.watcher.detach()
+            raise
         finally:
             progress.close()
             log.close()
         final_path = self._finish()
+        findings = self._report_findings(progress)
         barrier(self.dist)
         result = FitResult(
             history=list(pos.history), best_metric=None if math.isnan(pos.best_value) else pos.best_value,
             best_step=None if pos.best_step < 0 else pos.best_step, monitor=self.monitor, steps=pos.step,
             epochs=pos.epoch, skipped_steps=pos.skipped, stopped_early=stopped_early, final_path=final_path,
-            resumed_from=resumed_from)
+            resumed_from=resumed_from, findings=findings)
         self.events.emit("fit_end", trainer=self, result=result)
         return result
 
@@ -401,8 +422,14 @@ class Trainer:
         self.schedule = build_schedule(self.scheduler_spec, self.optimizer, total_steps=self._total_steps,
                                        max_epochs=self.max_epochs, warmup_steps=self.warmup_steps, mode=self.mode,
                                        interval=self.scheduler_interval)
-        self.step_runner = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
-                                      self.clip_grad_norm, self.dist)
+        from torchwise.toolbox.oom import OOMGuard
+
+        self.watcher = self._attach_watcher()
+
+        # OOMGuard turns an out-of-memory error into the remedies, or (on_oom="adapt") into smaller micro-batches
+        self.step_runner = OOMGuard(StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision,
+                                               self.device, self.clip_grad_norm, self.dist, self.watcher),
+                                    mode=self.on_oom, accumulate=self.accumulate)
         self.model.train()
         found = ckpt.find_resume_checkpoint(self.resume, self.out_dir)
         if self.out_dir is not None:
@@ -415,6 +442,32 @@ class Trainer:
         if found is not None:
             self._load_checkpoint(found)
         return found
+
+    def _attach_watcher(self):
+        """The same detectors as `torchwise check`, on this run (deep checks on a few steps only)."""
+        if not self.checks or is_sharded(self.model):
+            return None
+        from torchwise.diagnose.watch import Watcher
+
+        watcher = Watcher(deep_every=50, deep_first=5).attach(self.model, self.optimizer)
+        watcher.attach_loaders(train=self.train_loader.loader,
+                               val=self.val_loader.loader if self.val_loader is not None else None)
+        self.evaluator.watcher = watcher
+        return watcher
+
+    def _report_findings(self, progress: Progress) -> list[dict[str, Any]]:
+        if self.watcher is None:
+            return []
+        found = self.watcher.findings()
+        self.watcher.detach()
+        self.evaluator.watcher = None
+        if found and self.dist.is_main:
+            text = self.watcher.render(found)
+            if self.progress_mode is not False:
+                print(text, file=sys.stderr)
+            if self.out_dir is not None:
+                (self.out_dir / "checks.json").write_text(json.dumps(self.watcher.report(), indent=2, default=str))
+        return [f.to_dict() for f in found]
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         arg = self._optimizer_arg
