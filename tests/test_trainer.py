@@ -472,3 +472,19 @@ def test_resuming_a_one_cycle_run_with_more_epochs_is_refused_clearly(tmp_path):
     with pytest.raises(ConfigError, match="run's length changed") as info:
         torchwise.Trainer(mlp(), sgd(), max_epochs=3, resume=True, **kwargs).fit()
     assert "total steps then: 8" in str(info.value) and "total steps now: 24" in str(info.value)
+
+
+def test_the_trainer_runs_torchwise_checks_detectors(tmp_path, capfd):
+    torch.manual_seed(0)
+    softmaxed = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3), nn.Softmax(dim=1))
+    result = torchwise.Trainer(softmaxed, sgd(), train_data=make_data(), val_data=make_data(seed=1), max_epochs=2,
+                               out_dir=tmp_path).fit()
+    assert "softmax-before-loss" in {f["id"] for f in result.findings}
+    assert "softmax-before-loss" in (tmp_path / "checks.json").read_text()
+    assert "softmax-before-loss" in capfd.readouterr().err
+    clean = torchwise.Trainer(mlp(), sgd(0.5), train_data=make_data(), val_data=make_data(seed=1), max_epochs=3,
+                              progress=False).fit()
+    assert clean.findings == []
+    off = torchwise.Trainer(nn.Sequential(nn.Linear(8, 3), nn.Softmax(dim=1)), sgd(), train_data=make_data(),
+                            max_epochs=1, progress=False, checks=False).fit()
+    assert off.findings == []
