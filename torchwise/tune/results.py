@@ -49,7 +49,7 @@ def format_table(rows: list[dict[str, Any]], best: int | None, metric: str) -> s
     cells = [[("*" if r["trial"] == best and c == "trial" else "") + _cell(r[c]) for c in columns] for r in rows]
     width = {c: max(len(header[c]), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)}
     width["reason"] = min(width.get("reason", 0), 70)
-    lines = ["  ".join(header[c].ljust(width[c]) for c in columns)]
+    lines = ["  ".join(header[c].ljust(width[c]) for c in columns).rstrip()]
     for row in cells:
         lines.append("  ".join(text[:width[c]].ljust(width[c]) for c, text in zip(columns, row)).rstrip())
     return "\n".join(lines)

@@ -67,7 +67,6 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
 
     import optuna
 
-    from torchwise import config as cfg
     from torchwise.tune import study as st
     from torchwise.tune.space import load_space, space_to_dict
 
