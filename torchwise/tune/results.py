@@ -92,6 +92,10 @@ def write_plots(study, study_dir: Path, log: Callable[[str], None]) -> list[Path
         if name == "param_importances.png" and len(complete) < 2:
             log("tune: parameter importances need at least 2 complete trials; plot skipped")
             continue
+        if name == "optimization_history.png" and not complete:
+            continue
+        if name == "intermediate_values.png" and not any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -148,10 +152,12 @@ def write_results(study, study_dir: Path, url: str, name: str, settings: dict[st
     (study_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     if best is None:
         reasons = sorted({r["reason"] for r in rows if r["reason"]})
+        fix = ("read the reasons (error.txt in each failed trial's run directory has the traceback), fix the run "
+               "config or narrow the space, then run the same command again")
+        if counts.get("pruned"):
+            fix += "; when trials are pruned before any completes, use more trials or --pruner none"
         raise TorchwiseError("No trial completed, so there is no best config.",
-                             values={"trials": counts, "reasons": reasons or "-", "table": str(table_path)},
-                             fix="read the reasons (and error.txt in each trial's run directory); a search where "
-                                 "every trial is pruned needs more trials or --pruner none")
+                             values={"trials": counts, "reasons": reasons or "-", "table": str(table_path)}, fix=fix)
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.params.items())
     log(f"tune: best trial {best.number}: {metric} {best.value:.4g} with {shown}")
     log(f"tune: best config: {best_path}")
