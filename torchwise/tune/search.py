@@ -65,10 +65,10 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
     """
     import warnings
 
-    import optuna
-
     from torchwise.tune import study as st
     from torchwise.tune.space import load_space, space_to_dict
+
+    optuna = st.require_optuna()
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

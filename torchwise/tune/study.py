@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,6 +26,15 @@ KNOWN_METRICS = {"val_loss": "minimize", "val_acc": "maximize", "val_top5": "max
                  "train_loss": "minimize"}
 # These change how a trial runs, not what it computes; a resumed search may change them.
 _FREE_TO_CHANGE = {"output", "train.threads", "train.device", "data.num_workers"}
+
+
+def require_optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise TorchwiseError("torchwise tune needs Optuna, which is not installed.", values={"python": sys.executable},
+                             fix="pip install optuna (or install torchwise with its `all` extra)") from None
+    return optuna
 
 
 def storage_url(storage: str | None, study_dir: Path) -> str:

@@ -121,7 +121,7 @@ def _describe_error(exc: BaseException) -> str:
 
     if isinstance(exc, TorchwiseError):  # one line: what, then the values (the fix is in error.txt)
         values = "; ".join(f"{k}: {v}" for k, v in exc.values.items())
-        return f"{type(exc).__name__}: {exc.what}" + (f" ({values})" if values else "")[:400]
+        return (f"{type(exc).__name__}: {exc.what}" + (f" ({values})" if values else ""))[:500]
     name = type(exc).__name__
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if "out of memory" in str(exc).lower():
@@ -156,20 +156,22 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
     def log(*parts: Any) -> None:
         print(*parts, file=log_file, flush=True)
 
+    error = None
     try:
         config = trial_config(settings["base_config"], params, run_dir, threads)
         summary = run_training(config, reporter, log)
     except Exception as exc:  # noqa: BLE001 - any failure of one trial is recorded and the search goes on
-        reason = _describe_error(exc)
+        error = _describe_error(exc)
         (run_dir / "error.txt").write_text(f"{exc}\n\n{traceback.format_exc()}")
-        _release_memory()
-        trial.set_user_attr("fail_reason", reason)
-        trial.set_user_attr("duration_s", round(time.perf_counter() - started, 2))
-        study.tell(trial, state=TrialState.FAIL)
-        say(f"trial {trial.number}: FAILED {reason}")
-        return
     finally:
         log_file.close()
+    if error is not None:
+        _release_memory()  # here, once the exception and the tensors its frames held are gone
+        trial.set_user_attr("fail_reason", error)
+        trial.set_user_attr("duration_s", round(time.perf_counter() - started, 2))
+        study.tell(trial, state=TrialState.FAIL)
+        say(f"trial {trial.number}: FAILED {error}")
+        return
     duration = round(time.perf_counter() - started, 2)
     trial.set_user_attr("duration_s", duration)
     trial.set_user_attr("evaluations", len(reporter.values))
