@@ -152,7 +152,7 @@ def test_search_killed_resumed_and_best_config_trains(digits, tmp_path):
     best = yaml.safe_load((study_dir / "best.yaml").read_text())
     assert best["train"]["lr"] == pytest.approx(study.best_params["train.lr"])
     assert best["train"]["batch_size"] == study.best_params["train.batch_size"]
-    assert best["output"]["dir"] == str(study_dir / "final") and best["train"]["resume"] is False
+    assert best["output"]["dir"] == str(study_dir / "best-run") and best["train"]["resume"] is False
     assert (tmp_path / "tuned.yaml").read_text() == (study_dir / "best.yaml").read_text()
 
     # Resuming with another space would mix incomparable trials: refused before any trial runs.
@@ -165,8 +165,8 @@ def test_search_killed_resumed_and_best_config_trains(digits, tmp_path):
     # The best config is a ready-to-run `train` config.
     trained = run_cli("train", "--config", study_dir / "best.yaml", "--set", "output.report=false", "--quiet")
     assert trained.returncode == 0, trained.stdout + trained.stderr
-    assert (study_dir / "final" / "final" / "model.safetensors").is_file()
-    assert json.loads((study_dir / "final" / "eval.json").read_text())["accuracy"] > 0.5
+    assert (study_dir / "best-run" / "final" / "model.safetensors").is_file()
+    assert json.loads((study_dir / "best-run" / "eval.json").read_text())["accuracy"] > 0.5
 
 
 def test_parallel_workers_failed_trial_recorded_and_search_goes_on(digits, tmp_path):

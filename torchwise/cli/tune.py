@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="search space YAML: config key -> {type: loguniform|uniform|int|categorical, ...}")
     parser.add_argument("--trials", required=True, type=int, metavar="N",
                         help="trials the study should hold when done (rerun to resume up to N)")
-    parser.add_argument("--out", metavar="DIR", help="study directory (default: output.dir of the config, else ./tune)")
+    parser.add_argument("--out", metavar="DIR", help="study directory (default: the config's output.dir + '-tune', else ./tune)")
     parser.add_argument("--storage", metavar="URL", help="Optuna storage (default: sqlite:///DIR/study.db)")
     parser.add_argument("--study-name", metavar="NAME", help="study name in the storage (default: torchwise)")
     parser.add_argument("--parallel", type=int, default=1, metavar="K", help="trials run at once, one process each")

@@ -70,7 +70,7 @@ def best_config(settings: dict[str, Any], params: dict[str, Any], study_dir: Pat
     config = cfg.apply_overrides(cfg.from_dict(settings["base_config"]), params)
     # A fresh run directory: `torchwise train --config best.yaml` trains the best trial's config again,
     # with the report the trials skipped.
-    return cfg.apply_overrides(config, {"output.dir": str(study_dir / "final"), "train.resume": False})
+    return cfg.apply_overrides(config, {"output.dir": str(study_dir / "best-run"), "train.resume": False})
 
 
 def write_plots(study, study_dir: Path, log: Callable[[str], None]) -> list[Path]:

@@ -7,7 +7,7 @@ The study directory holds:
     study.db                 the Optuna study (SQLite, unless storage= names another database)
     trials/trial-NNNN/       one run directory per trial (config.yaml, metrics.csv, final/, train.log)
     trials.csv               one row per trial: state, value, parameters, duration, failure reason
-    best.yaml                the best trial's full config, output.dir pointing at a fresh run directory
+    best.yaml                the best trial's full config; output.dir: STUDY_DIR/best-run (a fresh run directory)
     optimization_history.png, param_importances.png, intermediate_values.png
     summary.json
 
@@ -51,7 +51,8 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
          direction: str | None = None, seed: int = 0, sets: list[str] | None = None,
          enqueue: list[Mapping[str, Any]] | None = None, max_failures: int = 5, apply: str | Path | None = None,
          log: Callable[[str], None] = print) -> TuneResult:
-    """Search `space` around `config`; each trial trains in its own run directory under `out`.
+    """Search `space` around `config`; each trial trains in its own run directory under `out`
+    (default: the config's output.dir + "-tune", else ./tune).
 
     config: a RunConfig, a YAML path or a mapping (sections data/model/train/output).
     space:  a YAML path or a mapping {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1}, ...}.
@@ -80,7 +81,8 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
     if pruner not in st.PRUNERS:
         st.make_pruner(pruner, trials)  # raises the error with the allowed names
     direction = st.direction_for(metric, direction)
-    study_dir = Path(out or base.output.dir or "tune").resolve()
+    # Without `out`: next to the config's run directory (never inside it: it may hold a finished run).
+    study_dir = Path(out or (f"{base.output.dir.rstrip('/')}-tune" if base.output.dir else "tune")).resolve()
     study_dir.mkdir(parents=True, exist_ok=True)
     url = st.storage_url(storage, study_dir)
     name = study_name or st.DEFAULT_STUDY
