@@ -103,21 +103,24 @@ def test_search_killed_resumed_and_best_config_trains(digits, tmp_path):
             running = [t for t in trials if t.state == TrialState.RUNNING and "worker_pid" in t.user_attrs]
             return (finished, running[0]) if len(finished) >= 3 and running else None
 
-        finished, running = _wait_for(three_finished_one_running, proc, 120, "three finished trials and a fourth running")
-        time.sleep(1.0)  # let the fourth trial get into its training
+        _wait_for(three_finished_one_running, proc, 120, "three finished trials and a fourth running")
+        time.sleep(0.5)  # let the fourth trial get into its training
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    worker = int(running.user_attrs["worker_pid"])
-    assert _pid_gone(worker), "the worker kept training after its search was killed"
-    before = {t.number: (t.state, t.value, t.params) for t in finished}
+    trials = _load(study_dir).get_trials()
+    left_running = [t for t in trials if t.state == TrialState.RUNNING]
+    assert len(left_running) == 1, trials  # the killed trial is left RUNNING in the database
+    running = left_running[0]
+    assert _pid_gone(int(running.user_attrs["worker_pid"])), "the worker kept training after its search was killed"
+    before = {t.number: (t.state, t.value, t.params) for t in trials
+              if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
     # The median pruner waits for two complete trials, then stops the bad one at its first evaluation.
     assert [(before[n][0], before[n][2]) for n in range(3)] == [
         (TrialState.COMPLETE, GOOD), (TrialState.COMPLETE, GOOD2), (TrialState.PRUNED, BAD)], before
-    assert _load(study_dir).get_trials(states=(TrialState.RUNNING,))  # the killed trial is left RUNNING
 
     # Resume through the CLI from the same SQLite file: same command, the search goes on to 5.
     resumed = run_cli("tune", "--config", run_yaml, "--space", space_yaml, "--trials", 5, "--out", study_dir,

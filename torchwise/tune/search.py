@@ -97,7 +97,7 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
     log(f"tune: study {name!r} in {url} ({'new' if new else 'resumed'}); trial runs under {study_dir / 'trials'}")
     for item in enqueue or []:
         study.enqueue_trial(_check_enqueued(dict(item), params), skip_if_exists=True)
-    st.recover_interrupted(study, log)
+    st.recover_interrupted(study, study_dir, log)
     todo = max(0, trials - st.counted(study))
     if todo:
         log(f"tune: {st.counted(study)} of {trials} trials already in the study; running {todo} more, "
@@ -194,13 +194,13 @@ def _run_workers(study, study_dir: Path, url: str, name: str, *, trials: int, pa
                 proc.kill()
         for proc in procs:
             proc.wait()
-        st.recover_interrupted(study, log)
+        st.recover_interrupted(study, study_dir, log)
         log("tune: search interrupted; run the same command again to resume (finished trials are kept)")
         raise
     finally:
         for relay in relays:
             relay.join(timeout=5)
-    st.recover_interrupted(study, log)  # a worker that crashed hard (segfault, OOM killer) left its trial
+    st.recover_interrupted(study, study_dir, log)  # a worker that crashed hard (segfault, OOM killer) left its trial
     stopped = [c for c in codes if c == 3]
     if stopped:
         from optuna.trial import TrialState

@@ -11,6 +11,7 @@ parameters are queued again, so it does not count: the search still reaches N re
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import sys
@@ -173,7 +174,7 @@ def _alive(pid: Any, marker: str | None) -> bool:
     return True
 
 
-def recover_interrupted(study, log) -> int:
+def recover_interrupted(study, study_dir: Path, log) -> int:
     """RUNNING trials left by a killed process on this machine -> FAIL (interrupted), params re-queued.
 
     A trial is orphaned when its worker or the coordinator that started the worker is gone (the
@@ -185,28 +186,41 @@ def recover_interrupted(study, log) -> int:
 
     host = socket.gethostname()
     now = datetime.datetime.now()
+    local = study_storage_is_local(study)
     fixed = 0
     storage = study._storage
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        attrs = trial.user_attrs
-        if attrs.get("host", host) != host:
-            continue
-        if "worker_pid" in attrs:
-            stale = not (_alive(attrs["worker_pid"], "torchwise.tune.worker")
-                         and _alive(attrs.get("coordinator_pid"), None))
-        else:  # killed between asking for the trial and recording its process
-            stale = (now - trial.datetime_start).total_seconds() > 60 if trial.datetime_start else True
-        if not stale:
-            continue
-        storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-        storage.set_trial_user_attr(trial._trial_id, "fail_reason",
-                                    "interrupted: its process was killed before the trial finished")
-        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        if trial.params:
-            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
-        log(f"tune: trial {trial.number} was interrupted (its process is gone); marked failed, parameters queued again")
-        fixed += 1
+    with claim_lock(study_dir):  # live workers record their process before they let go of this lock
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            attrs = trial.user_attrs
+            if attrs.get("host", host) != host:
+                continue
+            if "worker_pid" in attrs:
+                stale = not (_alive(attrs["worker_pid"], "torchwise.tune.worker")
+                             and _alive(attrs.get("coordinator_pid"), None))
+            else:  # killed between asking for the trial and recording its process
+                age = (now - trial.datetime_start).total_seconds() if trial.datetime_start else math.inf
+                stale = local or age > 60
+            if stale:
+                _mark_interrupted(study, storage, trial, log)
+                fixed += 1
     return fixed
+
+
+def study_storage_is_local(study) -> bool:
+    url = str(getattr(getattr(study._storage, "_backend", study._storage), "url", ""))
+    return url.startswith("sqlite")
+
+
+def _mark_interrupted(study, storage, trial, log) -> None:
+    from optuna.trial import TrialState
+
+    storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+    storage.set_trial_user_attr(trial._trial_id, "fail_reason",
+                                "interrupted: its process was killed before the trial finished")
+    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    if trial.params:
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+    log(f"tune: trial {trial.number} was interrupted (its process is gone); marked failed, parameters queued again")
 
 
 @contextlib.contextmanager
