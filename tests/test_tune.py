@@ -158,6 +158,11 @@ def test_search_killed_resumed_and_best_config_trains(digits, tmp_path):
     assert best["output"]["dir"] == str(study_dir / "best-run") and best["train"]["resume"] is False
     assert (tmp_path / "tuned.yaml").read_text() == (study_dir / "best.yaml").read_text()
 
+    # A finished study run again trains nothing: it only writes the results again.
+    again = run_cli("tune", "--config", run_yaml, "--space", space_yaml, "--trials", 5, "--out", study_dir)
+    assert again.returncode == 0 and "already holds 5 trials" in again.stdout, again.stdout + again.stderr
+    assert "start" not in again.stdout and len(_load(study_dir).get_trials()) == len(trials)
+
     # Resuming with another space would mix incomparable trials: refused before any trial runs.
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({"train.lr": {"type": "loguniform", "low": 1.0e-4, "high": 1.0e-1}}))
