@@ -259,3 +259,10 @@ def test_same_seed_gives_the_same_run(image_folder, tmp_path):
     first = metrics("a", "3")
     assert metrics("b", "3") == first
     assert metrics("c", "4") != first
+
+
+def test_eval_every_validates_every_n_steps(image_folder, tmp_path):
+    proc = run_cli("train", "--data", image_folder, "--out", tmp_path / "run", "--max-steps", "4", "--batch-size", "8",
+                   "--set", "train.eval_every=2", "--set", "output.report=false", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert [row["step"] for row in read_metrics(tmp_path / "run")] == ["2", "4"]

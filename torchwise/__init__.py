@@ -27,6 +27,7 @@ _LAZY = {
     "find_batch_size": "torchwise.toolbox.batch_size",
     "enable_checkpointing": "torchwise.toolbox.checkpointing",
     "lr_find": "torchwise.diagnose.lr_find",
+    "tune": "torchwise.tune",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -82,6 +82,7 @@ class TrainConfig:
     deterministic: bool = _opt(False, "use deterministic kernels (slower)")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = _opt("auto", "numeric precision")
     device: str = _opt(AUTO, "auto, cpu, cuda, cuda:1, mps, ...")
+    eval_every: int | None = _opt(None, "validate every N optimizer steps (default: at the end of each epoch)", min=1)
     on_oom: Literal["raise", "adapt"] = _opt("raise", "on out-of-memory: adapt = half micro-batch, double "
                                                       "accumulation, same result")
     strategy: Literal["auto", "ddp", "fsdp"] = _opt("auto", "with several processes: ddp replicates the model, "

@@ -152,8 +152,11 @@ def _step_of(checkpoint: Path | None) -> int:
     return int(digits) if digits else 0
 
 
-def train_run(config, *, log=print) -> dict[str, Any]:
-    """Train, evaluate and report one run described by a resolved RunConfig; returns a summary."""
+def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
+    """Train, evaluate and report one run described by a resolved RunConfig; returns a summary.
+
+    `on_trainer(trainer)` is called before training starts (e.g. `torchwise tune` registers its
+    evaluation callback there)."""
     import torch
 
     from torchwise.data.tasks import prepare_task
@@ -198,6 +201,8 @@ def train_run(config, *, log=print) -> dict[str, Any]:
     seed_everything(config.train.seed)
     model = build_model(**task.model_kwargs, weights=config.model.weights)
     trainer = _make_trainer(config, task, model, run_dir, meta)
+    if on_trainer is not None:
+        on_trainer(trainer)
     fit_started = time.perf_counter()
     result = trainer.fit()
     timing = _timing(result, time.perf_counter() - fit_started, config, task, trainer)
@@ -231,7 +236,7 @@ def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
         scheduler=None if t.scheduler == "none" else t.scheduler, warmup_steps=t.warmup_steps,
         early_stopping=EarlyStopping(patience=t.early_stopping) if t.early_stopping else None,
         num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta, strategy=t.strategy,
-        on_oom=t.on_oom,
+        on_oom=t.on_oom, eval_every=t.eval_every,
     )
 
 

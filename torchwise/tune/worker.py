@@ -45,30 +45,11 @@ def _die_with_parent() -> None:
 
 def run_training(config, on_evaluation: Callable[..., Any], log: Callable[[str], None]) -> dict[str, Any]:
     """One `torchwise train` run of `config`, calling on_evaluation(trainer=, step=, metrics=) after
-    each validation. Uses train_run's `on_trainer` hook when it has one; until then it wraps the
-    trainer factory of torchwise.cli.train for the length of this call (a worker runs one trial at a
-    time, so nothing else sees the wrapper)."""
-    import inspect
-
+    each validation."""
     from torchwise.cli import train as train_cmd
 
-    def attach(trainer) -> None:
-        trainer.on("evaluation_end", on_evaluation)
-
-    if "on_trainer" in inspect.signature(train_cmd.train_run).parameters:
-        return train_cmd.train_run(config, log=log, on_trainer=attach)
-    original = train_cmd._make_trainer
-
-    def make_trainer(*args, **kwargs):
-        trainer = original(*args, **kwargs)
-        attach(trainer)
-        return trainer
-
-    train_cmd._make_trainer = make_trainer
-    try:
-        return train_cmd.train_run(config, log=log)
-    finally:
-        train_cmd._make_trainer = original
+    return train_cmd.train_run(config, log=log,
+                               on_trainer=lambda trainer: trainer.on("evaluation_end", on_evaluation))
 
 
 class _Reporter:
