@@ -71,7 +71,12 @@ def test_every_command_of_the_cli_tour_and_the_toolbox_runs(tmp_path):
     assert {c.split()[1] for c in toolbox} == {"lr-find", "summary", "memory"}
     ddp = console_commands("<!-- readme-ddp")
     assert len(ddp) == 1 and "--nproc 2" in ddp[0]
-    run_and_check(tour + toolbox + ddp, tmp_path)
+    space = README.split("<!-- readme-space", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "space.yaml").write_text(space)
+    tune = console_commands("<!-- readme-space")
+    assert [c.split()[1] for c in tune] == ["tune", "train"]
+    run_and_check(tour + toolbox + tune + ddp, tmp_path)
+    assert (tmp_path / "runs" / "search" / "best.yaml").is_file()
     assert (tmp_path / "lr-find" / "lr_find.png").is_file()
 
 
