@@ -78,9 +78,8 @@ def test_driver_against_wheel_verdicts():
     assert unused.status == WARNING and "CPU-only build" in unused.summary and "cu124" in unused.fix
 
 
+@pytest.mark.skipif(not torch.version.cuda or not NO_GPU, reason="needs a CUDA build without a visible GPU")
 def test_cuda_visible_devices_hiding_every_gpu_is_named(monkeypatch):
-    if not torch.version.cuda or not NO_GPU:
-        pytest.skip("needs a CUDA build without a visible GPU")
     from torchwise.env.doctor import _check_cuda_devices
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
