@@ -266,3 +266,11 @@ def test_eval_every_validates_every_n_steps(image_folder, tmp_path):
                    "--set", "train.eval_every=2", "--set", "output.report=false", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == ["2", "4"]
+
+
+def test_profile_flag_writes_the_trace_and_prints_the_top_operators(image_folder, tmp_path):
+    proc = run_cli("train", "--data", image_folder, "--out", tmp_path / "run", "--max-steps", "8", "--batch-size", "8",
+                   "--profile", "3", "--set", "output.report=false")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "run" / "profile" / "trace.json").is_file()
+    assert "profile of 3 steps after warm-up" in proc.stderr and "aten::" in proc.stderr

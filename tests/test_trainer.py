@@ -488,3 +488,17 @@ def test_the_trainer_runs_torchwise_checks_detectors(tmp_path, capfd):
     off = torchwise.Trainer(nn.Sequential(nn.Linear(8, 3), nn.Softmax(dim=1)), sgd(), train_data=make_data(),
                             max_epochs=1, progress=False, checks=False).fit()
     assert off.findings == []
+
+
+def test_profile_writes_a_trace_and_a_table_of_top_operators(tmp_path, capfd):
+    import json as _json
+
+    trainer = torchwise.Trainer(mlp(), sgd(), train_data=make_data(), max_epochs=2, out_dir=tmp_path, profile=3)
+    trainer.fit()
+    trace = _json.loads((tmp_path / "profile" / "trace.json").read_text())
+    names = {event.get("name", "") for event in trace["traceEvents"]}
+    assert any("aten::addmm" in n or "aten::linear" in n for n in names)
+    assert sum(n.startswith("ProfilerStep#") for n in names) == 3  # exactly the active steps
+    table = (tmp_path / "profile" / "top_ops.txt").read_text()
+    assert "Self CPU" in table and "aten::" in table
+    assert "profile of 3 steps after warm-up" in capfd.readouterr().err

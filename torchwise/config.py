@@ -82,6 +82,8 @@ class TrainConfig:
     deterministic: bool = _opt(False, "use deterministic kernels (slower)")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = _opt("auto", "numeric precision")
     device: str = _opt(AUTO, "auto, cpu, cuda, cuda:1, mps, ...")
+    profile: int = _opt(0, "profile this many optimizer steps after a warm-up (0: off); trace in RUNDIR/profile/",
+                        min=0)
     eval_every: int | None = _opt(None, "validate every N optimizer steps (default: at the end of each epoch)", min=1)
     on_oom: Literal["raise", "adapt"] = _opt("raise", "on out-of-memory: adapt = half micro-batch, double "
                                                       "accumulation, same result")
@@ -160,6 +162,7 @@ FLAG_KEYS: dict[str, str] = {
     "precision": "train.precision",
     "device": "train.device",
     "checkpoint_every": "train.checkpoint_every",
+    "profile": "train.profile",
     "resume": "train.resume",
     "out": "output.dir",
 }

@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--precision", metavar="P", help="auto (default), fp32, bf16 or fp16")
     train.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:1, mps")
     train.add_argument("--checkpoint-every", metavar="STEPS", help="default: every epoch")
+    train.add_argument("--profile", metavar="STEPS", help="profile STEPS optimizer steps after a warm-up: a table "
+                                                          "of the top operators and a trace for TensorBoard/Perfetto")
     train.add_argument("--resume", action="store_const", const=True,
                        help="continue the run in --out from its last complete checkpoint (uses its config.yaml)")
     out = parser.add_argument_group("output and configuration")
@@ -236,7 +238,7 @@ def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
         scheduler=None if t.scheduler == "none" else t.scheduler, warmup_steps=t.warmup_steps,
         early_stopping=EarlyStopping(patience=t.early_stopping) if t.early_stopping else None,
         num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta, strategy=t.strategy,
-        on_oom=t.on_oom, eval_every=t.eval_every,
+        on_oom=t.on_oom, eval_every=t.eval_every, profile=t.profile,
     )
 
 

@@ -108,6 +108,7 @@ class Trainer:
         strategy: str = "auto",
         on_oom: str = "raise",
         checks: bool = True,
+        profile: bool | int = False,
         config: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
@@ -168,6 +169,10 @@ class Trainer:
                  "'raise' stops with the remedies.")
         self.on_oom = on_oom
         self.checks = checks
+        _require(isinstance(profile, (bool, int)) and profile >= 0, "profile must be False, True or a number of steps.",
+                 {"profile": profile}, "Pass profile=True (5 steps after a warm-up) or e.g. profile=10.")
+        self.profile_steps = 5 if profile is True else int(profile)
+        self.profiler = None
         self.watcher = None
         self.dist = DistEnv()
         self.config = dict(config or {})
@@ -203,6 +208,10 @@ class Trainer:
         progress.message(self._start_message(resumed_from))
         progress.start(pos.step)
         self.events.emit("fit_start", trainer=self)
+        if self.profile_steps and self.dist.is_main:
+            from torchwise.train.profiling import StepProfiler
+
+            self.profiler = StepProfiler(self.profile_steps, self.device, self.out_dir)
         start_time = time.perf_counter()
         stopped_early = False
         try:
@@ -231,6 +240,8 @@ class Trainer:
                 self.watcher.detach()
             raise
         finally:
+            if self.profiler is not None:
+                self.profiler.close()
             progress.close()
             log.close()
         final_path = self._finish()
@@ -286,6 +297,11 @@ class Trainer:
         result = self.step_runner.run(micro, measure_norm=measure_norm)  # loss.item() inside: the device is done
         self._timing["compute_s"] += time.perf_counter() - start
         self._timing["samples"] += result.samples
+        if self.profiler is not None and self.profiler.step():
+            where = f" (trace: {self.profiler.trace})" if self.profiler.trace else ""
+            progress.message(f"torchwise: profile of {self.profile_steps} steps after warm-up{where}\n"
+                             f"{self.profiler.table}")
+            self.profiler = None
         pos.step += 1
         lr = self.optimizer.param_groups[0]["lr"]
         if result.skipped:
