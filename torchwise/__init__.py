@@ -28,6 +28,7 @@ _LAZY = {
     "enable_checkpointing": "torchwise.toolbox.checkpointing",
     "lr_find": "torchwise.diagnose.lr_find",
     "tune": "torchwise.tune",
+    "tune_loader": "torchwise.data.tune_loader",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

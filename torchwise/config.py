@@ -48,7 +48,8 @@ class DataConfig:
     missing: Literal["drop", "impute"] = _opt(
         "drop", "CSV rows with missing feature values: drop them, or impute (mean / '<missing>')")
     max_categories: int = _opt(50, "CSV: most frequent categories one-hot encoded per column", min=1)
-    num_workers: int | Literal["auto"] = _opt(AUTO, "DataLoader worker processes", min=0)
+    num_workers: int | Literal["auto", "tune"] = _opt(AUTO, "DataLoader worker processes; tune: measure a few "
+                                                              "counts and take the fastest", min=0)
 
     def __post_init__(self) -> None:
         _validate_section(self)

@@ -189,7 +189,19 @@ def build_loader(data: Any, *, role: str, train: bool, device: torch.device, bat
     if isinstance(data, DataLoader):
         return _rebuild_user_loader(data, role=role, seed=seed, shard=shard)
     n = _check_dataset(data, role)
-    workers = auto_workers(device) if num_workers == "auto" else int(num_workers)
+    note = ""
+    # On a GPU "auto" measures (the loader must keep the device busy); on the CPU the workers would
+    # take cores from the model, which a loader-only measurement cannot see, so "auto" stays at 0.
+    if train and n > 0 and (num_workers == "tune" or (num_workers == "auto" and device.type == "cuda")):
+        from torchwise.data.tune_loader import tune_loader
+
+        tuning = tune_loader(data, batch_size, pin_memory=pin)
+        workers = tuning.best_workers
+        note = "workers measured: " + ", ".join(f"{w}: {r:.0f} batches/s" for w, r in tuning.batches_per_s.items())
+    elif num_workers in ("auto", "tune"):
+        workers = auto_workers(device)
+    else:
+        workers = int(num_workers)
     if n < 0:
         loader = DataLoader(data, batch_size=batch_size, num_workers=workers, pin_memory=pin)
         return TrainLoader(loader, None, LoaderPlan(batch_size, workers, pin, False, False, "iterable data set"))
@@ -198,10 +210,11 @@ def build_loader(data: Any, *, role: str, train: bool, device: torch.device, bat
     if type(data) is TensorDataset and workers == 0:
         loader = DataLoader(BatchIndexedTensors(data), sampler=sampler, batch_size=None, pin_memory=pin,
                             generator=torch.Generator())
-        return TrainLoader(loader, sampler, LoaderPlan(batch_size, 0, pin, train, True, "in-memory tensors: batch indexing"))
+        return TrainLoader(loader, sampler, LoaderPlan(batch_size, 0, pin, train, True,
+                                                       "; ".join(filter(None, [note, "in-memory tensors: batch indexing"]))))
     loader = DataLoader(SeededDataset(data) if workers > 0 else data, batch_sampler=sampler, num_workers=workers,
                         pin_memory=pin, persistent_workers=workers > 0, generator=torch.Generator())
-    return TrainLoader(loader, sampler, LoaderPlan(batch_size, workers, pin, train, True))
+    return TrainLoader(loader, sampler, LoaderPlan(batch_size, workers, pin, train, True, note))
 
 
 def _rebuild_user_loader(loader: DataLoader, *, role: str, seed: int, shard: dict[str, Any]) -> TrainLoader:
