@@ -83,6 +83,8 @@ class TrainConfig:
     deterministic: bool = _opt(False, "use deterministic kernels (slower)")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = _opt("auto", "numeric precision")
     device: str = _opt(AUTO, "auto, cpu, cuda, cuda:1, mps, ...")
+    fast: str = _opt("auto", "speed switches: auto, off, or parts joined by commas from channels_last, tf32, "
+                             "fused_optimizer, compile")
     profile: int = _opt(0, "profile this many optimizer steps after a warm-up (0: off); trace in RUNDIR/profile/",
                         min=0)
     eval_every: int | None = _opt(None, "validate every N optimizer steps (default: at the end of each epoch)", min=1)

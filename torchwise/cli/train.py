@@ -239,6 +239,7 @@ def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
         early_stopping=EarlyStopping(patience=t.early_stopping) if t.early_stopping else None,
         num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta, strategy=t.strategy,
         on_oom=t.on_oom, eval_every=t.eval_every, profile=t.profile,
+        fast=t.fast if t.fast in ("auto", "off") else [part.strip() for part in t.fast.split(",") if part.strip()],
     )
 
 

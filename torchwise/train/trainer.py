@@ -24,6 +24,7 @@ from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_ac
 from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
+from torchwise.train.fast import apply_to_model, compile_model, is_compile_failure, plan_fast, to_channels_last
 from torchwise.train.events import Events, Handle
 from torchwise.train.precision import choose_device, choose_precision
 from torchwise.train.progress import Progress
@@ -109,6 +110,8 @@ class Trainer:
         on_oom: str = "raise",
         checks: bool = True,
         profile: bool | int = False,
+        fast: str | Iterable[str] = "auto",
+        compile_options: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
@@ -172,6 +175,7 @@ class Trainer:
         _require(isinstance(profile, (bool, int)) and profile >= 0, "profile must be False, True or a number of steps.",
                  {"profile": profile}, "Pass profile=True (5 steps after a warm-up) or e.g. profile=10.")
         self.profile_steps = 5 if profile is True else int(profile)
+        self.fast, self.compile_options = fast, dict(compile_options or {})
         self.profiler = None
         self.watcher = None
         self.dist = DistEnv()
@@ -286,6 +290,8 @@ class Trainer:
                 break
             self.pos.batch_in_epoch += 1
             inputs, target = split_batch(move_to(batch, self.device, non_blocking))
+            if "channels_last" in self.fast_plan.on:
+                inputs = to_channels_last(inputs)
             micro.append((inputs, target, batch_size_of(target)))
         self._timing["data_s"] += time.perf_counter() - start
         return micro
@@ -294,7 +300,8 @@ class Trainer:
         pos = self.pos
         measure_norm = (pos.step + 1) % self.log_every == 0
         start = time.perf_counter()
-        result = self.step_runner.run(micro, measure_norm=measure_norm)  # loss.item() inside: the device is done
+        # loss.item() inside: the device is done when this returns
+        result = self._step_with_compile_fallback(micro, measure_norm, progress)
         self._timing["compute_s"] += time.perf_counter() - start
         self._timing["samples"] += result.samples
         if self.profiler is not None and self.profiler.step():
@@ -418,9 +425,14 @@ class Trainer:
         seed_everything(self.seed + self.dist.rank)
         self._setup_basics()
         self._determinism_note = configure_determinism(self.deterministic, cuda=self.device.type == "cuda")
+        self.fast_plan = plan_fast(self.fast, self.device, self.model)
+        apply_to_model(self.fast_plan, self.model)
         # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
         self.train_model = distributed.wrap_model(self.model, self.dist, self.device, self.strategy)
         self.optimizer = self._build_optimizer()
+        if "compile" in self.fast_plan.on:  # compiled lazily at the first step; a failure falls back to eager
+            self._eager_train_model = self.train_model
+            self.train_model = compile_model(self.train_model, self.compile_options)
         shard = dict(rank=self.dist.rank, world_size=self.dist.world_size)
         self.train_loader = build_loader(self.train_data, role="train_data", train=True, device=self.device,
                                          batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers,
@@ -443,9 +455,9 @@ class Trainer:
         self.watcher = self._attach_watcher()
 
         # OOMGuard turns an out-of-memory error into the remedies, or (on_oom="adapt") into smaller micro-batches
-        self.step_runner = OOMGuard(StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision,
-                                               self.device, self.clip_grad_norm, self.dist, self.watcher),
-                                    mode=self.on_oom, accumulate=self.accumulate)
+        self._step_core = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
+                                     self.clip_grad_norm, self.dist, self.watcher)
+        self.step_runner = OOMGuard(self._step_core, mode=self.on_oom, accumulate=self.accumulate)
         self.model.train()
         found = ckpt.find_resume_checkpoint(self.resume, self.out_dir)
         if self.out_dir is not None:
@@ -458,6 +470,28 @@ class Trainer:
         if found is not None:
             self._load_checkpoint(found)
         return found
+
+    def _optimizer_as_given(self) -> None:
+        if "fused_optimizer" in self.fast_plan.on:
+            self.fast_plan.on.discard("fused_optimizer")
+            self.fast_plan.why_off["fused_optimizer"] = "your optimizer is used as given (pass fused=True to it)"
+
+    def _step_with_compile_fallback(self, micro: list, measure_norm: bool, progress: Progress):
+        try:
+            return self.step_runner.run(micro, measure_norm=measure_norm)
+        except Exception as exc:
+            if getattr(self, "_eager_train_model", None) is None or not is_compile_failure(exc):
+                raise
+            # BackendCompilerFailed wraps the backend's own error, which is the one that explains
+            inner = getattr(exc, "inner_exception", None) or exc.__cause__ or exc
+            reason = f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[0][:300]}"
+            progress.message(f"torchwise: torch.compile failed, training continues in eager mode "
+                             f"({type(exc).__name__} - {reason})")
+            self.fast_plan.on.discard("compile")
+            self.fast_plan.why_off["compile"] = f"failed: {type(exc).__name__}"
+            self.train_model = self._step_core.model = self._eager_train_model
+            self._eager_train_model = None
+            return self.step_runner.run(micro, measure_norm=measure_norm)
 
     def _attach_watcher(self):
         """The same detectors as `torchwise check`, on this run (deep checks on a few steps only)."""
@@ -488,11 +522,13 @@ class Trainer:
     def _build_optimizer(self) -> torch.optim.Optimizer:
         arg = self._optimizer_arg
         if arg is None:
-            opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+            opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused="fused_optimizer" in self.fast_plan.on)
         elif isinstance(arg, torch.optim.Optimizer):
             opt = arg
+            self._optimizer_as_given()
         elif callable(arg):
             opt = arg(self.model.parameters())
+            self._optimizer_as_given()
             _require(isinstance(opt, torch.optim.Optimizer), "The optimizer factory did not return an optimizer.",
                      {"returned": type(opt).__name__},
                      "Pass e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=3e-4).")
@@ -529,6 +565,7 @@ class Trainer:
         plan = self.train_loader.plan
         lines = [f"torchwise: device {self.device}, precision {self.precision.name}, {self._determinism_note}"
                  + (f", {self.dist.world_size} processes (DDP)" if self.dist.enabled else ""),
+                 f"torchwise: {self.fast_plan.describe()}",
                  f"torchwise: data: batch {plan.batch_size}, workers {plan.num_workers}, pin_memory {plan.pin_memory}"
                  + (f", {plan.note}" if plan.note else "")]
         if resumed_from is not None:

@@ -1,0 +1,89 @@
+"""`fast=`: the speed switches, each reported at the start of a run with the reason when it is off.
+
+    fast="auto"   per device: channels_last for convolutional models, TF32 matmuls and a fused
+                  optimizer on GPUs; torch.compile stays off by default (its compile time
+                  outweighs short runs and CPU runs), turn it on with fast=["compile", ...]
+    fast="off"    none of them
+    fast=[...]    exactly these parts: "channels_last", "tf32", "fused_optimizer", "compile"
+
+bf16 autocast is `precision=` (auto picks it on GPUs that have it).
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from torchwise.errors import ConfigError
+
+PARTS = ("channels_last", "tf32", "fused_optimizer", "compile")
+
+
+@dataclass
+class FastPlan:
+    on: set[str] = field(default_factory=set)
+    why_off: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = [f"{p} on" if p in self.on else f"{p} off ({self.why_off.get(p, 'not asked')})" for p in PARTS]
+        return "fast: " + ", ".join(parts)
+
+
+def plan_fast(fast: str | Iterable[str], device: torch.device, model: nn.Module) -> FastPlan:
+    if isinstance(fast, str) and fast not in ("auto", "off"):
+        fast = [fast]
+    if not isinstance(fast, str):
+        asked = list(fast)
+        unknown = [p for p in asked if p not in PARTS]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], PARTS, n=1)
+            raise ConfigError("Unknown fast-path part.", values={"fast": asked, "allowed": ", ".join(PARTS),
+                                                                "did you mean": close[0] if close else "-"},
+                              fix="Use 'auto', 'off' or a list of the allowed parts.")
+        return FastPlan(on=set(asked), why_off={p: "not asked" for p in PARTS if p not in asked})
+    plan = FastPlan()
+    if fast == "off":
+        plan.why_off = {p: "fast='off'" for p in PARTS}
+        return plan
+    cuda = device.type == "cuda"
+    convolutional = any(isinstance(m, (nn.Conv2d, nn.Conv3d)) for m in model.modules())
+    if cuda and convolutional:
+        plan.on.add("channels_last")
+    else:
+        plan.why_off["channels_last"] = "no convolution in the model" if cuda else "pays off on GPUs"
+    if cuda and torch.cuda.get_device_capability(device)[0] >= 8:
+        plan.on.add("tf32")
+    else:
+        plan.why_off["tf32"] = "needs an Ampere or newer GPU"
+    if cuda:
+        plan.on.add("fused_optimizer")
+    else:
+        plan.why_off["fused_optimizer"] = "pays off on GPUs"
+    plan.why_off["compile"] = "opt-in: fast=[..., 'compile']"
+    return plan
+
+
+def apply_to_model(plan: FastPlan, model: nn.Module) -> None:
+    if "channels_last" in plan.on:
+        model.to(memory_format=torch.channels_last)
+    if "tf32" in plan.on:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def to_channels_last(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(x.contiguous(memory_format=torch.channels_last) if isinstance(x, torch.Tensor) and x.ndim == 4
+                 else x for x in inputs)
+
+
+def compile_model(model: nn.Module, options: dict[str, Any] | None = None) -> nn.Module:
+    return torch.compile(model, **(options or {}))
+
+
+def is_compile_failure(exc: BaseException) -> bool:
+    """Errors raised by torch.compile's machinery (dynamo tracing, a backend), not by the model's own code."""
+    module = type(exc).__module__ or ""
+    return module.startswith(("torch._dynamo", "torch._inductor")) or "BackendCompilerFailed" in type(exc).__name__
