@@ -24,7 +24,8 @@ from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_ac
 from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
-from torchwise.train.fast import apply_to_model, compile_model, is_compile_failure, plan_fast, to_channels_last
+from torchwise.train.fast import (FastPlan, apply_to_model, compile_model, is_compile_failure, plan_fast,
+                                  to_channels_last)
 from torchwise.train.events import Events, Handle
 from torchwise.train.precision import choose_device, choose_precision
 from torchwise.train.progress import Progress
@@ -176,6 +177,7 @@ class Trainer:
                  {"profile": profile}, "Pass profile=True (5 steps after a warm-up) or e.g. profile=10.")
         self.profile_steps = 5 if profile is True else int(profile)
         self.fast, self.compile_options = fast, dict(compile_options or {})
+        self.fast_plan = FastPlan()  # the real plan is made in fit(), once the device is known
         self.profiler = None
         self.watcher = None
         self.dist = DistEnv()
