@@ -67,6 +67,7 @@ class _Position:
     loss_count: int = 0
     best_value: float = math.nan
     best_step: int = -1
+    last_grad_norm: float | None = None  # logged every log_every steps, shown in each metrics row
     history: list = field(default_factory=list)
 
 
@@ -337,10 +338,10 @@ class Trainer:
             scalars = {"loss": result.loss, "lr": lr}
             if result.grad_norm is not None:
                 scalars["grad_norm"] = result.grad_norm
-                self._last_grad_norm = result.grad_norm
+                pos.last_grad_norm = result.grad_norm
             log.scalars(pos.step, scalars, "train")
         elif result.grad_norm is not None:
-            self._last_grad_norm = result.grad_norm
+            pos.last_grad_norm = result.grad_norm
         self.events.emit("step_end", trainer=self, step=pos.step, loss=result.loss, lr=lr,
                          grad_norm=result.grad_norm, skipped=result.skipped)
 
@@ -366,7 +367,7 @@ class Trainer:
             row.update(self.evaluator.evaluate(self.val_loader.epoch_iter(0),
                                                num_batches=self.val_loader.batches_per_epoch()))
         timing, busy = self._timing, self._timing["data_s"] + self._timing["compute_s"]
-        row.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=getattr(self, "_last_grad_norm", None),
+        row.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=pos.last_grad_norm,
                    skipped_steps=pos.skipped, elapsed_s=time.perf_counter() - start_time,
                    # the share of step time spent waiting for data: high means the loader starves the model
                    data_wait=timing["data_s"] / busy if busy else None,
@@ -582,7 +583,7 @@ class Trainer:
             "format": STATE_FORMAT,
             "position": {k: getattr(pos, k) for k in ("step", "epoch", "batch_in_epoch", "skipped",
                                                        "consecutive_skipped", "loss_sum", "loss_count",
-                                                       "best_value", "best_step")},
+                                                       "best_value", "best_step", "last_grad_norm")},
             "history": json.dumps(pos.history),
             "optimizer": None if is_sharded(self.model) else self.optimizer.state_dict(),  # sharded/ has it
             "scheduler": self.schedule.scheduler.state_dict() if self.schedule else None,
