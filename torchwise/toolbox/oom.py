@@ -124,7 +124,9 @@ class OOMGuard:
         micro = micro_batches
         if self.parts > 1:
             micro = split_micro_batches(micro_batches, self.parts) or micro_batches
-        params = [p for g in self.runner.optimizer.param_groups for p in g["params"]]
+        # Only "adapt" retries a step, and only it needs to know whether the optimizer had already written
+        # to the weights; the default "raise" adds nothing to the step's hot path.
+        params = self.runner.params if self.mode == "adapt" else []
         while True:
             versions = [p._version for p in params]
             failure = None

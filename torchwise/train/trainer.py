@@ -464,7 +464,8 @@ class Trainer:
         self.model.train()
         found = ckpt.find_resume_checkpoint(self.resume, self.out_dir)
         if self.out_dir is not None:
-            ckpt.clean_stale(self.out_dir / "checkpoints")
+            if self.dist.is_main:  # one process removes leftovers; the others only read complete checkpoints
+                ckpt.clean_stale(self.out_dir / "checkpoints")
             existing = ckpt.list_checkpoints(self.out_dir / "checkpoints")
             # A fresh run would interleave its checkpoints with the old run's and prune the wrong ones.
             _require(found is not None or not existing, "out_dir already holds checkpoints of another run.",
