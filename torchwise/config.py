@@ -50,6 +50,13 @@ class DataConfig:
     max_categories: int = _opt(50, "CSV: most frequent categories one-hot encoded per column", min=1)
     num_workers: int | Literal["auto", "tune"] = _opt(AUTO, "DataLoader worker processes; tune: measure a few "
                                                               "counts and take the fastest", min=0)
+    cache: Literal["auto", "memory", "disk", "off"] = _opt(
+        "auto", "images: decode and shrink each image once (shorter side to image_size/center_crop, never "
+                "enlarged) and train from that copy: memory, disk (a file in data.cache_dir that worker "
+                "processes map), or off (decode every file every epoch); auto: memory up to 2 GiB (at most a "
+                "quarter of the free RAM), else disk up to 16 GiB (at most half the free space), else off")
+    cache_dir: str | None = _opt(None, "folder of data.cache=disk (none: $TORCHWISE_CACHE_DIR, else "
+                                       "~/.cache/torchwise/images); one subfolder per data set and input size")
 
     def __post_init__(self) -> None:
         _validate_section(self)

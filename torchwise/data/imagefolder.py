@@ -8,7 +8,8 @@ Two layouts are accepted:
 Every image is decoded once up front. That is the only way to find truncated or corrupt files
 before training starts: a file that fails here is skipped, counted and listed in the report,
 instead of crashing the DataLoader in the middle of epoch 7. The decoded images of small data
-sets are kept in memory, so that first pass is not wasted.
+sets are kept (up to CACHE_BYTES), so that the image cache (torchwise.data.image_cache, built
+from them once the input size is known) does not decode them a second time.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".
 TRAIN_DIRS = ("train", "training")
 VAL_DIRS = ("val", "valid", "validation")
 GRAY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
-# Decoded images are kept in memory up to this many bytes (of the raw pixels).
+# The scan keeps decoded images up to this many bytes (of the raw pixels), for the image cache.
 CACHE_BYTES = 512 * 1024 * 1024
 
 Sample = tuple[str, int]
@@ -43,6 +44,7 @@ class ImageFolderData:
     grayscale: bool = False
     median_side: int = 0
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # path -> decoded PIL image
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)  # path -> (width, height)
 
     def class_counts(self, samples: Sequence[Sample]) -> dict[str, int]:
         counts = Counter(label for _, label in samples)
@@ -105,8 +107,10 @@ def list_class_dirs(folder: Path, what: str) -> list[Path]:
 
 
 def scan_image_folder(root: str | Path, *, val_fraction: float = 0.2, seed: int = 0,
-                      progress: bool = False, threads: int = 4) -> ImageFolderData:
-    """Find the classes and images under `root`, decode each image once, and split train/val."""
+                      progress: bool = False, threads: int = 4, keep_decoded: bool = True) -> ImageFolderData:
+    """Find the classes and images under `root`, decode each image once, and split train/val.
+
+    keep_decoded: keep the decoded images (up to CACHE_BYTES) in `.cache` for the image cache."""
     from tqdm.auto import tqdm
 
     root = Path(root)
@@ -143,6 +147,7 @@ def scan_image_folder(root: str | Path, *, val_fraction: float = 0.2, seed: int 
     skipped: list[tuple[str, str]] = []
     modes: Counter[str] = Counter()
     sides: list[int] = []
+    sizes: dict[str, tuple[int, int]] = {}
     cached_bytes = 0
     with ThreadPoolExecutor(max_workers=threads) as pool:  # PIL decodes outside the GIL
         results = pool.map(decode_image, [f for f, _, _ in files])
@@ -153,8 +158,9 @@ def scan_image_folder(root: str | Path, *, val_fraction: float = 0.2, seed: int 
                 continue
             modes[image.mode] += 1
             sides.append(min(image.size))
+            sizes[path] = image.size
             size = image.size[0] * image.size[1] * len(image.getbands())
-            if cached_bytes + size <= CACHE_BYTES:
+            if keep_decoded and cached_bytes + size <= CACHE_BYTES:
                 decoded[path] = image
                 cached_bytes += size
             else:
@@ -182,6 +188,7 @@ def scan_image_folder(root: str | Path, *, val_fraction: float = 0.2, seed: int 
         grayscale=bool(modes) and all(m in GRAY_MODES for m in modes),
         median_side=sides[len(sides) // 2] if sides else 0,
         cache={k: v for k, v in decoded.items() if v is not None},
+        sizes={f: sizes[f] for f, _, _ in good},
     )
 
 
@@ -205,23 +212,28 @@ def stratified_split(samples: Sequence[Sample], val_fraction: float, seed: int
 
 class ImageDataset:
     """(transformed image, label) for each (path, label); a torch Dataset by duck typing
-    (torch is not imported at module level)."""
+    (torch is not imported at module level).
+
+    `cache`: None (decode the file on every access), a dict path -> PIL image, or an
+    image_cache.ImageCache (uint8 C x H x W tensors, already in `mode` and shrunk); the transform
+    gets a PIL image or such a tensor (torchvision's v2 transforms take both)."""
 
     def __init__(self, samples: Sequence[Sample], transform: Callable[[Any], Any], *, mode: str,
-                 cache: dict[str, Any] | None = None):
+                 cache: Any = None):
         self.samples = list(samples)
         self.transform = transform
         self.mode = mode
-        self.cache = cache or {}
+        self.cache = cache if cache is not None else {}
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def load_image(self, index: int):
+        """The image as a PIL image in `mode` (from a PIL cache, else decoded from its file)."""
         from PIL import Image, ImageOps
 
         path = self.samples[index][0]
-        image = self.cache.get(path)
+        image = self.cache.get(path) if isinstance(self.cache, dict) else None
         if image is None:
             try:
                 with Image.open(path) as opened:
@@ -235,8 +247,16 @@ class ImageDataset:
             image = image.convert(self.mode)
         return image
 
+    def load_pixels(self, index: int):
+        """What the transform gets: the cached tensor when there is one, else the PIL image."""
+        if not isinstance(self.cache, dict):
+            pixels = self.cache.get(self.samples[index][0])
+            if pixels is not None:
+                return pixels
+        return self.load_image(index)
+
     def __getitem__(self, index: int):
-        return self.transform(self.load_image(index)), self.samples[index][1]
+        return self.transform(self.load_pixels(index)), self.samples[index][1]
 
 
 def convert_cache(cache: dict[str, Any], mode: str) -> dict[str, Any]:

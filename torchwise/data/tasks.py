@@ -7,6 +7,8 @@ labelled data for it. Both return a `Task`, the one shape the CLI, the Trainer a
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -66,19 +68,24 @@ def image_side(config: RunConfig, model_name: str, median_side: int) -> int:
     return TORCHVISION_SIDE
 
 
-def prepare_task(config: RunConfig, run_dir: str | Path | None, *, progress: bool = False) -> Task:
+def prepare_task(config: RunConfig, run_dir: str | Path | None, *, progress: bool = False,
+                 log: Callable[[str], None] | None = None) -> Task:
+    """`log` gets the one-line report of the image cache (default: print, on rank 0 only)."""
     if not config.data.path:
         raise TorchwiseError("No data given.", values={"data.path": None},
                              fix="pass --data FOLDER (class folders) or --data FILE.csv --target COLUMN")
     if is_csv(config.data.path):
         return _prepare_tabular(config, run_dir)
-    return _prepare_image(config, run_dir, progress=progress)
+    if log is None:
+        log = print if os.environ.get("RANK", "0") == "0" else (lambda _line: None)
+    return _prepare_image(config, run_dir, progress=progress, log=log)
 
 
 # ----------------------------------------------------------------------------- images
 
 
-def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: bool) -> Task:
+def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: bool,
+                   log: Callable[[str], None]) -> Task:
     from torchwise.data import imagefolder, stats, transforms
 
     d = config.data
@@ -90,12 +97,13 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
         raise TorchwiseError("Image folders are a classification task.", values={"problem": d.problem},
                              fix="drop --problem (or set it to classification)")
     scan = imagefolder.scan_image_folder(d.path, val_fraction=d.val_fraction, seed=config.train.seed,
-                                         progress=progress)
+                                         progress=progress, keep_decoded=d.cache != "off")
     model_name = resolve_model_name(config.model.name, "image")
     gray = d.channels == "gray" or (d.channels == "auto" and scan.grayscale)
     mode, channels = ("L", 1) if gray else ("RGB", 3)
     side = image_side(config, model_name, scan.median_side)
-    cache = imagefolder.convert_cache(scan.cache, mode)
+    cache, cache_line = _image_cache(config, scan, mode, channels, side, progress=progress, log=log)
+    log(f"data: image cache: {cache_line}")
     stat_tf = transforms.stats_transform(side, center_crop=d.center_crop)
 
     source_stats = _stats_of_weights(config.model.weights, channels)
@@ -126,7 +134,7 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
                                                  "val": rel(scan.val),
                                                  "skipped": [[p, r] for p, r in scan.skipped]})
     summary = scan.summary()
-    summary.update({"input": f"{channels}x{side}x{side}", "normalization": stats_source})
+    summary.update({"input": f"{channels}x{side}x{side}", "normalization": stats_source, "cache": cache_line})
     return Task(
         kind="image", problem="classification", train=train_ds, val=val_ds, class_names=scan.class_names,
         input_size=[channels, side, side], mean=mean, std=std,
@@ -136,6 +144,32 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
         meta_extra={"image": {"mode": mode, "size": side, "center_crop": d.center_crop}},
         val_image=val_ds.load_image, val_ids=[p for p, _ in scan.val],
     )
+
+
+def _image_cache(config: RunConfig, scan: Any, mode: str, channels: int, side: int, *, progress: bool,
+                 log: Callable[[str], None]) -> tuple[Any, str]:
+    """(ImageCache or None, one line saying which cache and why) for data.cache (image_cache.py)."""
+    from torchwise.data import image_cache
+
+    d = config.data
+    paths = sorted({p for p, _ in scan.train + scan.val})
+    cache_side = image_cache.cache_side(side, d.center_crop)
+    nbytes = image_cache.estimate_bytes((scan.sizes[p] for p in paths), channels, cache_side)
+    root = Path(d.cache_dir).expanduser() if d.cache_dir else image_cache.default_root()
+    kind, why = image_cache.choose_mode(d.cache, nbytes, root)
+    started = time.perf_counter()
+    threads = max(1, min(8, os.cpu_count() or 1))
+    cache = None
+    if kind == "memory":
+        cache = image_cache.build_memory(paths, scan.sizes, mode=mode, side=cache_side, decoded=scan.cache,
+                                         threads=threads, progress=progress)
+    elif kind == "disk":
+        cache = image_cache.open_or_build_disk(paths, scan.sizes, mode=mode, side=cache_side, root=root,
+                                               decoded=scan.cache, threads=threads, progress=progress, log=log)
+    scan.cache = {}  # the full-size decoded images are not needed any more
+    if cache is None:
+        return None, f"off ({why}): every image is decoded from its file at every use"
+    return cache, f"{kind} ({why}): {cache.describe()}, ready in {time.perf_counter() - started:.1f} s"
 
 
 def _stats_of_weights(weights: str | None, channels: int) -> tuple[list[float], list[float]] | None:
