@@ -32,14 +32,22 @@ class SampleDataset(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
-def make_workload(n: int, features: int, classes: int, hidden: int, kind: str):
+def make_workload(n: int, features: int, classes: int, hidden: int, kind: str, model_kind: str = "mlp"):
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, features, generator=g)
-    y = (x @ torch.randn(features, classes, generator=g)).argmax(1)
+    if model_kind == "cnn":  # small CNN on 3x32x32 images (CIFAR-sized)
+        x = torch.randn(n, 3, 32, 32, generator=g)
+        y = (x.mean(dim=(2, 3)) @ torch.randn(3, classes, generator=g)).argmax(1)
+    else:
+        x = torch.randn(n, features, generator=g)
+        y = (x @ torch.randn(features, classes, generator=g)).argmax(1)
     dataset = TensorDataset(x, y) if kind == "tensors" else SampleDataset(x, y)
 
     def model():
         torch.manual_seed(0)
+        if model_kind == "cnn":
+            return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                                 nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                                 nn.Flatten(), nn.Dropout(0.1), nn.Linear(32 * 8 * 8, classes))
         return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Dropout(0.1), nn.Linear(hidden, hidden),
                              nn.ReLU(), nn.Linear(hidden, classes))
 
@@ -81,8 +89,16 @@ def torchwise_trainer(dataset, build, epochs, batch_size, checks=True):
     return time.process_time() - start
 
 
+def _lightning():
+    try:
+        import lightning as L
+    except ImportError:
+        import pytorch_lightning as L  # the same Trainer, packaged under its older name
+    return L
+
+
 def lightning_trainer(dataset, build, epochs, batch_size):
-    import lightning as L
+    L = _lightning()
 
     class Module(L.LightningModule):
         def __init__(self):
@@ -130,20 +146,24 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps timings stable on a shared machine)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    for kind in ("dataset", "tensors"):
-        run_workload(args, kind)
+    for model_kind, kind in (("mlp", "dataset"), ("mlp", "tensors"), ("cnn", "dataset")):
+        if model_kind in args.models:
+            run_workload(args, kind, model_kind)
 
 
-def run_workload(args: argparse.Namespace, kind: str) -> None:
-    dataset, build = make_workload(args.samples, 64, 10, args.hidden, kind)
+def run_workload(args: argparse.Namespace, kind: str, model_kind: str = "mlp") -> None:
+    samples = args.samples if model_kind == "mlp" else args.samples // 4
+    dataset, build = make_workload(samples, 64, 10, args.hidden, kind, model_kind)
     runners = {"hand-written loop": hand_loop, "torchwise.Trainer": torchwise_trainer,
                "  (checks=False)": lambda *a: torchwise_trainer(*a, checks=False)}
-    for name, fn, module in (("Lightning", lightning_trainer, "lightning"), ("Accelerate", accelerate_loop, "accelerate")):
+    for name, fn, load in (("Lightning", lightning_trainer, _lightning),
+                           ("Accelerate", accelerate_loop, lambda: __import__("accelerate"))):
         try:
-            __import__(module)
+            load()
             runners[name] = fn
         except ImportError:
             print(f"({name} not installed: skipped)")
@@ -154,14 +174,15 @@ def run_workload(args: argparse.Namespace, kind: str) -> None:
         for name, fn in runners.items():
             times[name].append(fn(dataset, build, args.epochs, args.batch_size))
     base = statistics.median(times["hand-written loop"])
-    samples = args.samples * args.epochs
+    total = samples * args.epochs
     what = {"dataset": "a map-style Dataset (both fetch sample by sample: pure loop overhead)",
             "tensors": "a TensorDataset (torchwise serves it by batch indexing)"}[kind]
-    print(f"workload: MLP 64-{args.hidden}-{args.hidden}-10 on {what}, {args.samples} samples, batch "
+    net = f"MLP 64-{args.hidden}-{args.hidden}-10" if model_kind == "mlp" else "small CNN (2 conv+BN, 3x32x32)"
+    print(f"workload: {net} on {what}, {samples} samples, batch "
           f"{args.batch_size}, {args.epochs} epochs, AdamW, CPU, {args.threads} thread(s); median of {args.repeats}")
     for name, values in times.items():
         med = statistics.median(values)
-        print(f"  {name:<20} {samples / med:>10.0f} samples/s   ratio {med / base:.3f}")
+        print(f"  {name:<20} {total / med:>10.0f} samples/s   ratio {med / base:.3f}")
 
 
 if __name__ == "__main__":

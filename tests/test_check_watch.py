@@ -105,3 +105,78 @@ def test_overfit_one_batch_passes_for_a_working_model_and_fails_for_a_broken_one
     r = overfit_one_batch(broken, x, y, nn.functional.cross_entropy)
     assert not r["ok"] and r["final_loss"] > 0.3
     assert all(p.grad is None for p in good.parameters())  # the user's model is not touched
+
+
+def _driven_loop(model, loss_fn, steps=60, *, deep_sleep=0.0, budget=0.01, bad_from=None):
+    """The Trainer's way: driven=True, end_step() after every step, a skipped step for a nan loss."""
+    import math
+    import time
+
+    x, y = data()
+    if bad_from is not None:
+        x = x.abs()  # sqrt-friendly until step bad_from
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    w = Watcher(deep_first=3, deep_every=10, deep_budget=budget)
+    w.attach(model, opt, driven=True)
+    w.phase("train")
+    deep_steps, hooks_between = [], []
+    for step in range(steps):
+        if w.is_deep:
+            deep_steps.append(step)
+            time.sleep(deep_sleep)  # stands for the expensive observations of a big model
+        else:
+            hooks_between.append(len(model._forward_pre_hooks) + len(opt._optimizer_step_pre_hooks)
+                                 + sum(len(m._forward_hooks) for m in model.modules()))
+        i = (step * 32) % 608
+        xb = -x[i:i + 32] if bad_from is not None and step >= bad_from else x[i:i + 32]
+        opt.zero_grad()
+        with w.loss_scope():
+            loss = loss_fn(model(xb), y[i:i + 32])
+        if not math.isfinite(loss.item()):
+            w.end_step(stepped=False, nonfinite_loss=True)
+            continue
+        w.observe_backward(loss)
+        loss.backward()
+        opt.step()
+        w.end_step()
+    w.detach()
+    return w, deep_steps, hooks_between
+
+
+def test_driven_watcher_has_no_hook_between_deep_steps_and_still_finds_softmax_before_loss():
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2), nn.Softmax(dim=1))
+    w, deep, between = _driven_loop(model, nn.CrossEntropyLoss())
+    assert "softmax-before-loss" in [f.id for f in w.findings()]
+    assert deep[:3] == [0, 1, 2] and len(between) > 40 and set(between) == {0}
+    assert not model._forward_pre_hooks and not any(m._forward_hooks for m in model.modules())
+
+
+def test_driven_watcher_is_quiet_on_a_correct_loop_and_counts_steps():
+    w, _, _ = _driven_loop(nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2)), nn.CrossEntropyLoss(),
+                           steps=120)
+    assert w.findings() == []
+    assert w.report()["steps"] == 120 and len(w.loss_values()) == 120
+
+
+def test_driven_watcher_spaces_deep_steps_by_their_measured_cost():
+    # A deep step costing ~5 ms more than a sub-millisecond plain step: at a 1% budget the next deep
+    # step is hundreds of steps away; allowed half the run, deep steps come far more often.
+    model = lambda: nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))  # noqa: E731
+    _, thrifty, _ = _driven_loop(model(), nn.CrossEntropyLoss(), steps=300, deep_sleep=0.005, budget=0.01)
+    _, lavish, _ = _driven_loop(model(), nn.CrossEntropyLoss(), steps=300, deep_sleep=0.005, budget=0.5)
+    assert thrifty[:4] == [0, 1, 2, 13]  # deep_first, then deep_every later before anything is measured
+    assert all(b - a >= 100 for a, b in zip(thrifty[3:], thrifty[4:]))
+    assert len(lavish) > len(thrifty) + 5
+
+
+def test_driven_watcher_hunts_the_module_that_makes_a_nan_after_a_skipped_step():
+    class Sqrt(nn.Module):
+        def forward(self, x):
+            return torch.sqrt(x)
+
+    model = nn.Sequential(Sqrt(), nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 2))
+    w, deep, _ = _driven_loop(model, nn.CrossEntropyLoss(), steps=40, bad_from=25)
+    assert 25 not in deep and 26 in deep  # the nan came in a plain step; the next one looks for its source
+    found = {f.id: f for f in w.findings()}
+    assert "nonfinite-loss" in found
+    assert found["nonfinite-loss"].evidence["culprit"] == "Sequential.0 (Sqrt)"

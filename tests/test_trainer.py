@@ -490,6 +490,27 @@ def test_the_trainer_runs_torchwise_checks_detectors(tmp_path, capfd):
     assert off.findings == []
 
 
+def test_the_trainers_checks_name_the_module_that_makes_a_nan_loss():
+    # A few samples make sqrt's input negative: their batches give a nan loss, the Trainer skips those
+    # steps, and the detectors (hooks only in deep steps) look at the next steps to find the source.
+    class Sqrt(nn.Module):
+        def forward(self, x):
+            return torch.sqrt(x)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(512, 8, generator=g)
+    y = (x[:, 0] > 0.5).long()
+    x[::40] = -x[::40]  # 13 poisoned samples
+    torch.manual_seed(0)
+    model = nn.Sequential(Sqrt(), nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    result = torchwise.Trainer(model, sgd(), train_data=TensorDataset(x, y), batch_size=16, max_epochs=3,
+                               progress=False).fit()
+    assert result.skipped_steps > 0
+    found = {f["id"]: f for f in result.findings}
+    assert "nonfinite-loss" in found
+    assert found["nonfinite-loss"]["evidence"]["culprit"] == "Sequential.0 (Sqrt)"
+
+
 def test_profile_writes_a_trace_and_a_table_of_top_operators(tmp_path, capfd):
     import json as _json
 

@@ -10,13 +10,16 @@ One implementation serves three doors:
   parameters that get called, optimizers at their first step, loaders when iterated.
 * `torchwise.watch(model=None, optimizer=None)` is a context manager around a user's own loop
   (global mode, or local hooks on the given model/optimizer).
-* The Trainer attaches a Watcher to its own model/optimizer with local hooks and tells it what it
-  already knows (phase, loss, batches), at a cost of a few percent per step.
+* The Trainer attaches a Watcher to its own model/optimizer in *driven* mode: it tells the Watcher
+  what it already knows (phase, loss, the end of each step) instead of being watched by hooks.
 
 Cost model. Cheap observations run every step (a local forward pre-hook on each model, the
 optimizer step hooks, a detached copy of the loss). Expensive ones (per-module hooks, loss
 inspection, gradient/weight norms, parameter snapshots for the update size) run only in *deep*
 steps: the first `deep_first` optimizer steps and then every `deep_every`-th step.
+Driven mode goes further, because the Trainer itself guarantees what the cheap hooks watch for
+(zero_grad, train/eval mode): between deep steps no hook is registered at all, and deep steps are
+spaced so that they cost about `deep_budget` (1%) of the training time, measured as it runs.
 
 API for the Trainer (and anyone driving the loop themselves)::
 
@@ -29,6 +32,8 @@ API for the Trainer (and anyone driving the loop themselves)::
         loss = loss_fn(outputs, targets)         #   sees F.cross_entropy & co. with their inputs
     w.observe_backward(loss)                     # just before loss.backward()
     ...optimizer.step()  # the step hooks do the rest
+    # driven mode (attach(model, optimizer, driven=True)): the loop calls, after every step,
+    w.end_step(stepped=True)                     #   stepped=False for a skipped step
     w.observe_batch(inputs, targets, train=True) # optional: batches the Watcher cannot see itself
     findings = w.findings()                      # list[catalog.Finding]; cheap to call repeatedly
     w.detach()                                   # removes every hook; the Watcher stays readable
@@ -62,6 +67,15 @@ from torchwise.diagnose.catalog import Finding
 def _quiet():
     """Our own tensor operations inside hooks must not go through our TorchFunctionMode."""
     return torch._C.DisableTorchFunction()
+
+
+_NULL_SCOPE = contextlib.nullcontext()
+NONFINITE_HUNT_STEPS = 50  # deep steps after the first nan/inf loss, looking for the module that makes it  # reusable: entering it twice is fine
+
+
+def _median_of(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 class StopScript(BaseException):
@@ -266,8 +280,15 @@ class Watcher:
 
     def __init__(self, *, check_mode: bool = False, max_steps: int | None = None,
                  deep_first: int | None = None, deep_every: int | None = None,
-                 hash_rows: bool | None = None):
+                 hash_rows: bool | None = None, deep_budget: float = 0.01, deep_every_max: int = 2000):
         self.check_mode = check_mode
+        self.driven = False
+        # driven mode: deep steps spaced to cost about this share of the run (see _deep_interval)
+        self.deep_budget, self.deep_every_max = deep_budget, deep_every_max
+        self._next_deep = 0
+        self._step_times: dict[bool, list[float]] = {True: [], False: []}
+        self._last_end: float | None = None
+        self._driven_handles: list = []
         self.max_steps = max_steps or None
         self.deep_first = deep_first if deep_first is not None else (100 if check_mode else 5)
         self.deep_every = deep_every if deep_every is not None else (5 if check_mode else 50)
@@ -353,21 +374,26 @@ class Watcher:
     # ------------------------------------------------------------------ attach / detach
 
     def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-               *, global_hooks: bool | None = None) -> "Watcher":
+               *, global_hooks: bool | None = None, driven: bool = False) -> "Watcher":
         """Start watching. With no model, or global_hooks=True, every model/optimizer/loader in the
-        process is watched (what `torchwise check` does); otherwise only the given ones."""
+        process is watched (what `torchwise check` does); otherwise only the given ones.
+        driven=True (local mode only): the loop calls end_step() after each step, and the per-step
+        hooks exist only in deep steps and evaluation passes."""
         if self._attached:
             return self
         self._attached = True
         self._global = (model is None) if global_hooks is None else global_hooks
+        self.driven = driven and not self._global
+        self._next_deep = self.deep_every
         if model is not None:
             self._add_root(model)
         if optimizer is not None:
             self._add_optimizer(optimizer)
             if not self._global:
-                self._handles.append(optimizer.register_step_pre_hook(self._on_step_pre))
-                self._handles.append(optimizer.register_step_post_hook(self._on_step_post))
                 self._local_opts.add(id(optimizer))
+                if not self.driven:
+                    self._handles.append(optimizer.register_step_pre_hook(self._on_step_pre))
+                    self._handles.append(optimizer.register_step_post_hook(self._on_step_post))
         if self._global:
             from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
             self._handles.append(register_optimizer_step_pre_hook(self._on_step_pre))
@@ -396,9 +422,10 @@ class Watcher:
             except Exception:
                 pass
             self._mode = None
-        for h in list(self._handles) + list(self._grad_hooks.values()):
+        for h in list(self._handles) + list(self._grad_hooks.values()) + self._driven_handles:
             h.remove()
         self._handles.clear()
+        self._driven_handles.clear()
         self._grad_hooks.clear()
         for info in self.roots.values():
             for h in info.handles:
@@ -422,13 +449,17 @@ class Watcher:
     def phase(self, name: str) -> None:
         """'train' or 'eval': what the loop does from now on (for loops the Watcher cannot infer)."""
         self._phase = name
+        if self.driven:
+            self._sync_driven_hooks()
 
-    @contextlib.contextmanager
     def loss_scope(self):
         """Wrap the loss computation: functional losses inside are inspected in deep steps."""
         if not self._deep or self._mode is not None:
-            yield
-            return
+            return _NULL_SCOPE  # most steps: no generator-based context manager to build
+        return self._deep_loss_scope()
+
+    @contextlib.contextmanager
+    def _deep_loss_scope(self):
         self._loss_scope = True
         mode = _Mode(self)
         try:
@@ -441,7 +472,55 @@ class Watcher:
         """Call just before loss.backward() when the Watcher is not in global mode."""
         if self._global:
             return
+        if self.driven and not self._deep:
+            # between deep steps only the loss curve is kept (its value; the Trainer checked it is a scalar)
+            self.backwards += 1
+            if len(self.losses) < 200_000:
+                self.losses.append(loss.detach())
+                self.loss_steps.append(self.steps)
+            self._stepped_since_backward = False
+            self._backward_since_step += 1
+            return
         self._on_backward(loss)
+
+    def end_step(self, stepped: bool = True, nonfinite_loss: bool = False) -> None:
+        """Driven mode: one training step is over (stepped=False: the loop skipped its optimizer step,
+        nonfinite_loss=True: because the loss was nan/inf, so the next steps look for the culprit)."""
+        now = time.perf_counter()
+        was_deep = self._deep
+        if self._last_end is not None:
+            times = self._step_times[was_deep]
+            times.append(now - self._last_end)
+            del times[:-16]
+        if was_deep and not self._want_nonfinite_hunt():
+            self._next_deep = self.steps + (1 if stepped else 0) + self._deep_interval()
+        if nonfinite_loss:  # the loop skipped backward for it, so observe_backward never saw this loss
+            if self.first_nonfinite_loss_step is None:
+                self.first_nonfinite_loss_step = self.steps
+            if len(self.losses) < 200_000:
+                self.losses.append(torch.tensor(math.nan))
+                self.loss_steps.append(self.steps)
+        if stepped:
+            self._after_step()
+        else:
+            want = self._want_deep()
+            if want != self._deep:
+                self._set_deep(want)
+        self._last_end = time.perf_counter()  # the Watcher's own bookkeeping is not counted as step time
+
+    def _deep_interval(self) -> int:
+        """Steps until the next deep step: enough that deep steps' extra time stays near deep_budget of
+        the run (a deep step costs about one more plain step on a tiny model, a few percent on a large
+        one), never fewer than deep_every. Medians of the last 16 steps of each kind: an evaluation
+        pass or a checkpoint between two steps does not move them."""
+        plain, deep = self._step_times[False], self._step_times[True]
+        if len(plain) < 3 or not deep:
+            return self.deep_every
+        p, d = _median_of(plain), _median_of(deep)
+        if p <= 0:
+            return self.deep_every
+        need = math.ceil(max(0.0, d - p) / (self.deep_budget * p))
+        return max(self.deep_every, min(self.deep_every_max, need))
 
     def observe_batch(self, inputs: Any, targets: Any = None, train: bool = True) -> None:
         """Inspect a batch the Watcher could not see through a loader (deep steps only)."""
@@ -452,6 +531,11 @@ class Watcher:
             self._inspect_input(x, train=train)
 
     # ------------------------------------------------------------------ deep steps
+
+    @property
+    def is_deep(self) -> bool:
+        """Whether the step now running is a deep one (expensive observations on)."""
+        return self._deep
 
     def _set_deep(self, on: bool) -> None:
         self._deep = on
@@ -470,11 +554,38 @@ class Watcher:
                 h.remove()
             self._deep_handles.clear()
         self._stack.clear()
+        if self.driven:
+            self._sync_driven_hooks()
+
+    def _sync_driven_hooks(self) -> None:
+        """Driven mode: the model's root hook and the optimizer hooks exist in deep steps and evaluation
+        passes only. The Trainer guarantees what they watch in between (zero_grad, train/eval mode),
+        and a registered hook costs even when it returns at once."""
+        want = self._attached and (self._deep or self._phase == "eval")
+        if want and not self._driven_handles:
+            for info in self.roots.values():  # first, as when registered at attach time
+                self._driven_handles.append(info.module.register_forward_pre_hook(self._root_pre, prepend=True))
+            for opt in self.optimizers:
+                if id(opt) in self._local_opts:
+                    self._driven_handles.append(opt.register_step_pre_hook(self._on_step_pre))
+                    self._driven_handles.append(opt.register_step_post_hook(self._on_step_post))
+        elif not want and self._driven_handles:
+            for h in self._driven_handles:
+                h.remove()
+            self._driven_handles.clear()
 
     def _want_deep(self) -> bool:
         s = self.steps
-        return s < self.deep_first or s % self.deep_every == 0 or (
-            self.first_nonfinite_loss_step is not None and self.nonfinite_culprit is None and not self.check_mode)
+        if s < self.deep_first or self._want_nonfinite_hunt():
+            return True
+        return s >= self._next_deep if self.driven else s % self.deep_every == 0
+
+    def _want_nonfinite_hunt(self) -> bool:
+        # bounded: a nan that no module makes (log(0) in the loss, one bad batch) must not leave every
+        # later step deep
+        first = self.first_nonfinite_loss_step
+        return (first is not None and self.nonfinite_culprit is None and not self.check_mode
+                and self.steps - first < NONFINITE_HUNT_STEPS)
 
     # ------------------------------------------------------------------ models
 
@@ -490,7 +601,8 @@ class Watcher:
             param_names={id(p): n for n, p in module.named_parameters()},
             has_mode_layers=any(isinstance(m, _MODE_LAYERS) for m in module.modules()),
         )
-        info.handles.append(module.register_forward_pre_hook(self._root_pre))
+        if not self.driven:
+            info.handles.append(module.register_forward_pre_hook(self._root_pre))
         self.roots[id(module)] = info
         return info
 
@@ -926,7 +1038,8 @@ class Watcher:
                     optim.inspect_step_post(self, opt)
             except Exception:
                 pass
-        if self._deep and self._zero_sample:
+        # driven: the loop clears gradients itself, and the tensor hooks would outlive the deep step
+        if self._deep and self._zero_sample and not self.driven:
             try:
                 with _quiet():
                     self._watch_grad_clearing(self._zero_sample)
@@ -934,6 +1047,10 @@ class Watcher:
                 pass
         self._zero_sample = []
         self._snap = None
+        if not self.driven:  # driven: end_step() does the bookkeeping, also for steps without hooks
+            self._after_step()
+
+    def _after_step(self) -> None:
         self.steps += 1
         self._stepped_since_backward = True
         self._backward_since_step = 0
@@ -1033,7 +1150,7 @@ class Watcher:
     def loss_values(self) -> list[float]:
         if not self.losses:
             return []
-        return [float(v) for v in torch.stack([v.float().cpu() for v in self.losses]).tolist()]
+        return [float(v) for v in torch.stack([v.reshape(()).float().cpu() for v in self.losses]).tolist()]
 
     def report(self) -> dict[str, Any]:
         found = self.findings()

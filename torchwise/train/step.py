@@ -21,6 +21,10 @@ class StepResult:
     skipped: str | None         # why the optimizer step did not happen, or None
     samples: int
 
+    @property
+    def loss_not_finite(self) -> bool:  # this rank's loss (under DDP another rank's can be the one)
+        return self.skipped is not None and not math.isfinite(self.loss)
+
 
 class StepRunner:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
@@ -112,13 +116,19 @@ class StepRunner:
         self._loss_checked = True
 
 
+_NULL_SCOPE = contextlib.nullcontext()
+
+
 class _NoWatcher:
     """Stands in for a Watcher when checks are off, so the step has no `if` for it."""
 
     def loss_scope(self):
-        return contextlib.nullcontext()
+        return _NULL_SCOPE
 
     def observe_backward(self, loss: torch.Tensor) -> None:
+        pass
+
+    def end_step(self, stepped: bool = True, nonfinite_loss: bool = False) -> None:
         pass
 
 

@@ -313,6 +313,7 @@ class Trainer:
                              f"{self.profiler.table}")
             self.profiler = None
         pos.step += 1
+        self._step_core.watcher.end_step(stepped=result.skipped is None, nonfinite_loss=result.loss_not_finite)
         lr = self.optimizer.param_groups[0]["lr"]
         if result.skipped:
             pos.skipped += 1
@@ -503,7 +504,7 @@ class Trainer:
             return None
         from torchwise.diagnose.watch import Watcher
 
-        watcher = Watcher(deep_every=50, deep_first=5).attach(self.model, self.optimizer)
+        watcher = Watcher(deep_every=50, deep_first=5).attach(self.model, self.optimizer, driven=True)
         watcher.attach_loaders(train=self.train_loader.loader,
                                val=self.val_loader.loader if self.val_loader is not None else None)
         self.evaluator.watcher = watcher
