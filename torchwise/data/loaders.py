@@ -184,15 +184,26 @@ def _check_dataset(dataset: Any, role: str) -> int:
 def build_loader(data: Any, *, role: str, train: bool, device: torch.device, batch_size: int, seed: int,
                  num_workers: int | str = "auto", rank: int = 0, world_size: int = 1) -> TrainLoader:
     """A resumable loader for a Dataset or a user's DataLoader (sharded by rank under DDP)."""
-    pin = device.type == "cuda"
+    in_memory = type(data) is TensorDataset
+    on_device = in_memory and any(t.device.type != "cpu" for t in data.tensors)
+    pin = device.type == "cuda" and not on_device  # only CPU tensors can be pinned
     shard = dict(rank=rank, world_size=world_size, pad=train)
     if isinstance(data, DataLoader):
         return _rebuild_user_loader(data, role=role, seed=seed, shard=shard)
     n = _check_dataset(data, role)
     note = ""
+    if on_device and num_workers not in ("auto", "tune", 0):
+        raise TorchwiseError(f"{role} holds tensors on {data.tensors[0].device}, which worker processes cannot load.",
+                             values={"num_workers": num_workers, "device": str(data.tensors[0].device)},
+                             fix="Use num_workers=0 (the tensors are served by batch indexing, on the device, "
+                                 "with no copy), or keep the data set on the CPU.")
+    if in_memory and num_workers in ("auto", "tune"):
+        # Batch indexing of tensors already in memory beats any number of workers (each would collate
+        # sample by sample and copy through shared memory), so there is nothing to measure.
+        workers = 0
     # On a GPU "auto" measures (the loader must keep the device busy); on the CPU the workers would
     # take cores from the model, which a loader-only measurement cannot see, so "auto" stays at 0.
-    if train and n > 0 and (num_workers == "tune" or (num_workers == "auto" and device.type == "cuda")):
+    elif train and n > 0 and (num_workers == "tune" or (num_workers == "auto" and device.type == "cuda")):
         from torchwise.data.tune_loader import tune_loader
 
         tuning = tune_loader(data, batch_size, pin_memory=pin)
