@@ -32,7 +32,8 @@ def losses(fast, optimizer=None, **kwargs):
 def test_auto_on_cpu_reports_each_part_and_why_it_is_off():
     trainer, _ = losses("auto")
     text = trainer.fast_plan.describe()
-    for part in ("channels_last off (pays off on GPUs)", "tf32 off", "fused_optimizer off", "compile off (opt-in"):
+    for part in ("channels_last off (pays off on GPUs)", "tf32 off", "fused_optimizer off", "compile off (opt-in",
+                 "prefetch off (pays off on GPUs)", "cuda_graph off (needs a CUDA device)"):
         assert part in text, text
 
 
@@ -79,3 +80,109 @@ def test_a_compile_failure_falls_back_to_eager_and_names_the_reason(capfd):
 def test_unknown_part_is_rejected_with_a_suggestion():
     with pytest.raises(ConfigError, match="did you mean: channels_last"):
         losses(["channel_last"])
+
+
+class Jittered(torch.utils.data.Dataset):
+    """Random augmentation from the global RNGs while fetching: exact resume needs the loader's seeding."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        x, y = self.base[i]
+        return x + 0.1 * torch.randn_like(x), y
+
+
+def _weights_after(fast, epochs, tmp_path=None, resume=False, workers=2):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
+    trainer = torchwise.Trainer(model, train_data=Jittered(images()), max_epochs=epochs, batch_size=16,
+                                progress=False, checks=False, fast=fast, num_workers=workers,
+                                out_dir=tmp_path, resume=resume)
+    trainer.fit()
+    return trainer, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_prefetch_trains_exactly_like_the_plain_path_and_resumes_exactly(tmp_path):
+    trainer, plain = _weights_after("off", 2)
+    trainer, ahead = _weights_after(["prefetch"], 2)
+    assert "prefetch" in trainer.fast_plan.on
+    assert all(torch.equal(plain[k], ahead[k]) for k in plain)
+    _weights_after(["prefetch"], 1, tmp_path)  # stopped after epoch 1, then resumed to epoch 2
+    trainer, resumed = _weights_after(["prefetch"], 2, tmp_path, resume=True)
+    assert all(torch.equal(plain[k], resumed[k]) for k in plain)
+
+
+def test_prefetch_is_refused_where_reading_ahead_would_change_random_draws():
+    trainer, _ = _weights_after(["prefetch"], 1, workers=0)
+    assert "prefetch" not in trainer.fast_plan.on
+    assert "main process" in trainer.fast_plan.why_off["prefetch"]
+    trainer, _ = losses(["prefetch"])  # a TensorDataset: batch indexing draws nothing, so it may
+    assert "prefetch" in trainer.fast_plan.on
+
+
+def test_cuda_graph_asked_for_on_the_cpu_is_off_with_the_reason():
+    trainer, seen = losses(["cuda_graph", "channels_last"])
+    assert "cuda_graph" not in trainer.fast_plan.on and "channels_last" in trainer.fast_plan.on
+    assert "needs a CUDA device" in trainer.fast_plan.describe()
+    assert len(seen) == 12
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_cuda_graph_and_prefetch_train_like_the_plain_path():
+    def run(fast):
+        seen = []
+        trainer = torchwise.Trainer(conv_net(), train_data=images(), max_epochs=2, batch_size=16, device="cuda",
+                                    precision="fp32", progress=False, checks=False, fast=fast)
+        trainer.on("step_end", lambda loss, **_: seen.append(loss))
+        trainer.fit()
+        return trainer, seen
+
+    _, plain = run("off")
+    trainer, graphed = run(["cuda_graph", "prefetch"])
+    assert {"cuda_graph", "prefetch"} <= trainer.fast_plan.on, trainer.fast_plan.describe()
+    torch.testing.assert_close(torch.tensor(graphed), torch.tensor(plain), rtol=1e-3, atol=1e-4)
+
+
+def uint8_images(n=96):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 256, (n, 3, 12, 12), generator=g, dtype=torch.uint8)
+    return TensorDataset(x, (x.float().mean(dim=(1, 2, 3)) > 127.5).long())
+
+
+def _augmented_run(epochs, tmp_path=None, resume=False, fast="off"):
+    from torchwise.data.device_augment import BatchAugment, BatchEval
+
+    seen = []
+    trainer = torchwise.Trainer(conv_net(), train_data=uint8_images(), val_data=uint8_images(32), max_epochs=epochs,
+                                batch_size=16, progress=False, checks=False, fast=fast, out_dir=tmp_path,
+                                resume=resume, batch_augment=BatchAugment(size=8, scale=(0.5, 1.0), mean=[0.5] * 3,
+                                                                          std=[0.25] * 3),
+                                batch_eval=BatchEval(size=8, mean=[0.5] * 3, std=[0.25] * 3))
+    trainer.on("step_end", lambda loss, **_: seen.append(loss))
+    result = trainer.fit()
+    return trainer, seen, result
+
+
+def test_batch_augment_on_the_device_trains_reproducibly_and_resumes_exactly(tmp_path):
+    trainer, first, result = _augmented_run(2)
+    _, again, _ = _augmented_run(2, fast=["prefetch"])  # augmenting ahead, in the prefetcher, changes nothing
+    assert first == again and len(first) == 12 and "val_loss" in result.history[-1]
+    _augmented_run(1, tmp_path)
+    trainer, tail, _ = _augmented_run(2, tmp_path, resume=True)
+    assert tail == first[6:]
+
+
+def test_batch_augment_that_returns_the_wrong_thing_is_named():
+    with pytest.raises(torchwise.errors.TorchwiseError, match="batch_augment must return a tensor with one row per sample"):
+        torchwise.Trainer(conv_net(), train_data=images(), max_epochs=1, progress=False, checks=False,
+                          batch_augment=lambda x, g: x[:1]).fit()
+    with pytest.raises(torchwise.errors.TorchwiseError, match="batch_eval must be a callable"):
+        torchwise.Trainer(conv_net(), train_data=images(), batch_eval="BatchEval")

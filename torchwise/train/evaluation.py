@@ -24,6 +24,7 @@ class Evaluator:
         # collective that would hang when ranks hold different numbers of validation batches.
         self.model, self.loss_fn, self.precision, self.device = model, loss_fn, precision, device
         self.task, self.metrics, self.dist = task, dict(metrics or {}), dist_env
+        self.prepare_inputs: Callable[[Any], Any] | None = None  # the Trainer's batch_eval, on the device
 
     def outputs(self, batches: Iterable[Any], num_batches: int | None = None) -> tuple[list[torch.Tensor], list[Any], float, int]:
         """Run the model over `batches` in eval mode; restores train mode and every RNG afterwards.
@@ -44,6 +45,8 @@ class Evaluator:
             with torch.inference_mode(), self.precision.autocast(self.device):
                 for batch in batches:
                     inputs, target = split_batch(move_to(batch, self.device, non_blocking))
+                    if self.prepare_inputs is not None:
+                        inputs = (self.prepare_inputs(inputs[0]), *inputs[1:])
                     out = self.model(*inputs)
                     n = batch_size_of(target)
                     loss_sum += float(self.loss_fn(out, target)) * n

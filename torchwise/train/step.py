@@ -11,6 +11,7 @@ from torch import nn
 
 from torchwise.errors import TorchwiseError
 from torchwise.train.distributed import DistEnv, sum_across
+from torchwise.train.fast import mark_graph_step
 from torchwise.train.precision import Precision
 
 
@@ -37,6 +38,7 @@ class StepRunner:
         self.scaler = precision.make_scaler(device)
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self._loss_checked = False
+        self.mark_graph_step = False  # fast=[..., "cuda_graph"]: each step begins a new round of graph replays
         # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
         self._has_no_sync = hasattr(model, "no_sync")
         self._fsdp = hasattr(model, "set_requires_gradient_sync")
@@ -45,6 +47,8 @@ class StepRunner:
         """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them."""
         model, opt, scaler = self.model, self.optimizer, self.scaler
         total = sum(n for _, _, n in micro_batches)
+        if self.mark_graph_step:
+            mark_graph_step()
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for i, (inputs, target, n) in enumerate(micro_batches):

@@ -6,6 +6,7 @@ keeps the bookkeeping that a resumed run needs (step, epoch, position in the epo
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -26,11 +27,12 @@ from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
 from torchwise.train.fast import (FastPlan, apply_to_model, compile_model, is_compile_failure, plan_fast,
                                   to_channels_last)
+from torchwise.train.prefetch import Prefetcher, prefetch_allowed
 from torchwise.train.events import Events, Handle
 from torchwise.train.precision import choose_device, choose_precision
 from torchwise.train.progress import Progress
-from torchwise.train.reproducibility import (capture_rng_state, configure_determinism, restore_rng_state,
-                                             seed_everything)
+from torchwise.train.reproducibility import (capture_rng_state, configure_determinism, derive_seed,
+                                             restore_rng_state, seed_everything)
 from torchwise.train.schedule import build_schedule
 from torchwise.train.step import StepRunner
 from torchwise.train.sharding import full_state_dict, is_sharded, load_sharded, save_sharded
@@ -114,6 +116,8 @@ class Trainer:
         profile: bool | int = False,
         fast: str | Iterable[str] = "auto",
         compile_options: Mapping[str, Any] | None = None,
+        batch_augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+        batch_eval: Callable[[torch.Tensor], torch.Tensor] | None = None,
         config: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
@@ -178,6 +182,11 @@ class Trainer:
                  {"profile": profile}, "Pass profile=True (5 steps after a warm-up) or e.g. profile=10.")
         self.profile_steps = 5 if profile is True else int(profile)
         self.fast, self.compile_options = fast, dict(compile_options or {})
+        for name, fn in (("batch_augment", batch_augment), ("batch_eval", batch_eval)):
+            _require(fn is None or callable(fn), f"{name} must be a callable.", {name: type(fn).__name__},
+                     "Pass e.g. torchwise.data.device_augment.BatchAugment(size=32) (and BatchEval for batch_eval).")
+        # Augmentation of whole batches on the device, after the copy (torchwise.data.device_augment)
+        self.batch_augment, self.batch_eval = batch_augment, batch_eval
         self.fast_plan = FastPlan()  # the real plan is made in fit(), once the device is known
         self.profiler = None
         self.watcher = None
@@ -224,7 +233,7 @@ class Trainer:
         try:
             while not self._finished():
                 self.events.emit("epoch_start", trainer=self, epoch=pos.epoch)
-                batches = self.train_loader.epoch_iter(pos.epoch, pos.batch_in_epoch)
+                batches = self._epoch_batches(pos.epoch, pos.batch_in_epoch)
                 while not self._finished(within_epoch=True):
                     micro = self._next_micro_batches(batches)
                     if not micro:
@@ -282,20 +291,37 @@ class Trainer:
         return output, target
 
     # ------------------------------------------------------------------ the loop's pieces
+    def _epoch_batches(self, epoch: int, start_batch: int) -> Iterator[tuple[tuple[Any, ...], Any, int]]:
+        """The epoch's batches from start_batch on, on the device, as (inputs, target, size)."""
+        raw = zip(itertools.count(start_batch), self.train_loader.epoch_iter(epoch, start_batch))
+
+        def prepare(item: tuple[int, Any]) -> tuple[tuple[Any, ...], Any, int]:
+            return self._prepare_batch(item[1], epoch, item[0])
+
+        if "prefetch" in self.fast_plan.on:  # the copy (and a batch_augment) overlap the step before
+            return Prefetcher(raw, self.device, prepare)
+        return map(prepare, raw)
+
+    def _prepare_batch(self, batch: Any, epoch: int, index: int) -> tuple[tuple[Any, ...], Any, int]:
+        inputs, target = split_batch(move_to(batch, self.device, self.device.type == "cuda"))
+        if self.batch_augment is not None:
+            # Seeded from (seed, rank, epoch, batch): a resumed run draws the same crops and flips.
+            self._augment_gen.manual_seed(derive_seed(self.seed, self.dist.rank, epoch, index, 0xA6))
+            inputs = (_apply_batch_fn(self.batch_augment, inputs[0], "batch_augment", self._augment_gen),
+                      *inputs[1:])
+        if "channels_last" in self.fast_plan.on:
+            inputs = to_channels_last(inputs)
+        return inputs, target, batch_size_of(target)
+
     def _next_micro_batches(self, batches: Iterator[Any]) -> list[tuple[tuple[Any, ...], Any, int]]:
         micro = []
-        non_blocking = self.device.type == "cuda"
         start = time.perf_counter()
         for _ in range(self.accumulate):
             try:
-                batch = next(batches)
+                micro.append(next(batches))
             except StopIteration:
                 break
             self.pos.batch_in_epoch += 1
-            inputs, target = split_batch(move_to(batch, self.device, non_blocking))
-            if "channels_last" in self.fast_plan.on:
-                inputs = to_channels_last(inputs)
-            micro.append((inputs, target, batch_size_of(target)))
         self._timing["data_s"] += time.perf_counter() - start
         return micro
 
@@ -415,6 +441,9 @@ class Trainer:
         self.model.to(self.device)
         self.evaluator = Evaluator(self.model, self.loss_fn, self.precision, self.device, self.task, self.metrics,
                                    self.dist)
+        if self.batch_eval is not None:
+            self.evaluator.prepare_inputs = lambda x: _apply_batch_fn(self.batch_eval, x, "batch_eval")
+        self._augment_gen = torch.Generator(device=self.device)
 
     def _setup(self) -> Path | None:
         from torchwise.data.loaders import build_loader
@@ -434,9 +463,10 @@ class Trainer:
         # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
         self.train_model = distributed.wrap_model(self.model, self.dist, self.device, self.strategy)
         self.optimizer = self._build_optimizer()
-        if "compile" in self.fast_plan.on:  # compiled lazily at the first step; a failure falls back to eager
+        graphs = "cuda_graph" in self.fast_plan.on
+        if "compile" in self.fast_plan.on or graphs:  # compiled at the first step; a failure falls back to eager
             self._eager_train_model = self.train_model
-            self.train_model = compile_model(self.train_model, self.compile_options)
+            self.train_model = compile_model(self.train_model, self.compile_options, cuda_graph=graphs)
         shard = dict(rank=self.dist.rank, world_size=self.dist.world_size)
         self.train_loader = build_loader(self.train_data, role="train_data", train=True, device=self.device,
                                          batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers,
@@ -461,7 +491,13 @@ class Trainer:
         # OOMGuard turns an out-of-memory error into the remedies, or (on_oom="adapt") into smaller micro-batches
         self._step_core = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
                                      self.clip_grad_norm, self.dist, self.watcher)
+        self._step_core.mark_graph_step = "cuda_graph" in self.fast_plan.on
         self.step_runner = OOMGuard(self._step_core, mode=self.on_oom, accumulate=self.accumulate)
+        if "prefetch" in self.fast_plan.on:
+            allowed, why = prefetch_allowed(self.train_loader.loader, self.train_loader.plan.num_workers)
+            if not allowed:
+                self.fast_plan.on.discard("prefetch")
+                self.fast_plan.why_off["prefetch"] = why
         self.model.train()
         found = ckpt.find_resume_checkpoint(self.resume, self.out_dir)
         if self.out_dir is not None:
@@ -492,8 +528,11 @@ class Trainer:
             reason = f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[0][:300]}"
             progress.message(f"torchwise: torch.compile failed, training continues in eager mode "
                              f"({type(exc).__name__} - {reason})")
-            self.fast_plan.on.discard("compile")
-            self.fast_plan.why_off["compile"] = f"failed: {type(exc).__name__}"
+            for part in ("compile", "cuda_graph"):
+                if part in self.fast_plan.on:
+                    self.fast_plan.on.discard(part)
+                    self.fast_plan.why_off[part] = f"failed: {type(exc).__name__}"
+            self._step_core.mark_graph_step = False
             self.train_model = self._step_core.model = self._eager_train_model
             self._eager_train_model = None
             return self.step_runner.run(micro, measure_norm=measure_norm)
@@ -746,6 +785,19 @@ def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     if output.shape != target.shape and output.numel() == target.numel():
         output = output.reshape(target.shape)
     return nn.functional.mse_loss(output, target.to(output.dtype))
+
+
+def _apply_batch_fn(fn: Callable[..., Any], x: Any, name: str, *args: Any) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TorchwiseError(f"{name} needs the batch's first input to be a tensor.", values={"input": type(x).__name__},
+                             fix=f"Make the data set return (image tensor, label), or drop {name}.")
+    out = fn(x, *args)
+    if not isinstance(out, torch.Tensor) or out.shape[:1] != x.shape[:1]:
+        raise TorchwiseError(f"{name} must return a tensor with one row per sample.",
+                             values={"input shape": tuple(x.shape),
+                                     "returned": tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__},
+                             fix="Return the transformed batch, e.g. BatchAugment(size=...)(images, generator).")
+    return out
 
 
 def _interleave(shards: list[torch.Tensor]) -> torch.Tensor:
