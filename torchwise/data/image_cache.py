@@ -28,8 +28,9 @@ Modes (`data.cache`):
             any change makes a new cache. It is written into a temporary folder and renamed into
             place only when complete; a damaged cache (bad index, short file, checksum mismatch)
             is reported and rebuilt. CACHE_DIR: data.cache_dir, else $TORCHWISE_CACHE_DIR, else
-            ~/.cache/torchwise/images (shared by runs, so a second run or a tune trial on the same
-            data reuses it).
+            $XDG_CACHE_HOME/torchwise/images (~/.cache/torchwise/images); shared by runs, so a
+            second run or a tune trial on the same data reuses it. Opening checks a CRC-32 of the
+            whole file (about 0.3 s per 400 MiB). Old caches are not deleted automatically.
     off     decode every file on every access.
     auto    memory when the cache takes at most MEMORY_BUDGET (2 GiB) and a quarter of the
             available RAM; else disk when it takes at most DISK_BUDGET (16 GiB) and half the free
