@@ -186,3 +186,59 @@ def test_batch_augment_that_returns_the_wrong_thing_is_named():
                           batch_augment=lambda x, g: x[:1]).fit()
     with pytest.raises(torchwise.errors.TorchwiseError, match="batch_eval must be a callable"):
         torchwise.Trainer(conv_net(), train_data=images(), batch_eval="BatchEval")
+
+
+def _trajectory(fast, optimizer=None, data=None, **kwargs):
+    seen = []
+    kwargs.setdefault("batch_size", 16)
+    trainer = torchwise.Trainer(conv_net(), optimizer, train_data=data or images(), max_epochs=2, progress=False,
+                                checks=False, fast=fast, **kwargs)
+    trainer.on("step_end", lambda loss, **_: seen.append(loss))
+    result = trainer.fit()
+    return trainer, seen, result, {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"clip_grad_norm": 0.05, "accumulate": 2, "batch_size": 12}])
+def test_sync_free_steps_train_like_the_classic_step(kwargs):
+    _, classic, _, w1 = _trajectory(["fused_optimizer"], **kwargs)
+    trainer, sync_free, _, w2 = _trajectory(["sync_free"], **kwargs)
+    assert trainer._step_core.sync_free and trainer.optimizer.defaults["fused"] is True
+    torch.testing.assert_close(torch.tensor(sync_free), torch.tensor(classic), rtol=1e-6, atol=1e-7)
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6)
+
+
+class NanOnSomeBatches(torch.utils.data.Dataset):
+    """Samples 5 and 40 hold inf: their batches give a non-finite loss."""
+
+    def __init__(self):
+        self.base = images()
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        x, y = self.base[i]
+        return (torch.full_like(x, float("inf")) if i in (5, 40) else x), y
+
+
+def test_sync_free_skips_non_finite_updates_on_the_device_like_the_classic_step():
+    kwargs = dict(data=NanOnSomeBatches(), scheduler="cosine", num_workers=0)
+    _, classic, r1, w1 = _trajectory(["fused_optimizer"], **kwargs)
+    trainer, sync_free, r2, w2 = _trajectory(["sync_free"], **kwargs)
+    assert r1.skipped_steps == r2.skipped_steps == 4  # two poisoned batches per epoch
+    finite = [(a, b) for a, b in zip(classic, sync_free) if a == a]
+    assert len(finite) == len(classic) - 4 and all(b != b for a, b in zip(classic, sync_free) if a != a)
+    torch.testing.assert_close(torch.tensor([b for _, b in finite]), torch.tensor([a for a, _ in finite]),
+                               rtol=1e-6, atol=1e-7)
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6)
+    assert trainer.optimizer.state[next(iter(trainer.model.parameters()))]["step"].item() == 12 - 4
+
+
+def test_sync_free_needs_a_fused_optimizer_and_says_so():
+    trainer, _, _, _ = _trajectory(["sync_free"], lambda params: torch.optim.SGD(params, lr=0.1))
+    assert not trainer._step_core.sync_free
+    assert "needs a fused optimizer" in trainer.fast_plan.why_off["sync_free"]
+    trainer, _, _, _ = _trajectory(["sync_free"], lambda params: torch.optim.SGD(params, lr=0.1, fused=True))
+    assert trainer._step_core.sync_free  # SGD's fused kernel reads found_inf too

@@ -289,6 +289,7 @@ class Watcher:
         self._step_times: dict[bool, list[float]] = {True: [], False: []}
         self._last_end: float | None = None
         self._driven_handles: list = []
+        self._loss_seen = False  # driven: a loss reached observe_backward in the current step
         self.max_steps = max_steps or None
         self.deep_first = deep_first if deep_first is not None else (100 if check_mode else 5)
         self.deep_every = deep_every if deep_every is not None else (5 if check_mode else 50)
@@ -472,6 +473,7 @@ class Watcher:
         """Call just before loss.backward() when the Watcher is not in global mode."""
         if self._global:
             return
+        self._loss_seen = True
         if self.driven and not self._deep:
             # between deep steps only the loss curve is kept (its value; the Trainer checked it is a scalar)
             self.backwards += 1
@@ -494,10 +496,10 @@ class Watcher:
             del times[:-16]
         if was_deep and not self._want_nonfinite_hunt():
             self._next_deep = self.steps + (1 if stepped else 0) + self._deep_interval()
-        if nonfinite_loss:  # the loop skipped backward for it, so observe_backward never saw this loss
+        if nonfinite_loss:
             if self.first_nonfinite_loss_step is None:
                 self.first_nonfinite_loss_step = self.steps
-            if len(self.losses) < 200_000:
+            if not self._loss_seen and len(self.losses) < 200_000:  # the loop skipped backward for it
                 self.losses.append(torch.tensor(math.nan))
                 self.loss_steps.append(self.steps)
         if stepped:
@@ -506,6 +508,7 @@ class Watcher:
             want = self._want_deep()
             if want != self._deep:
                 self._set_deep(want)
+        self._loss_seen = False
         self._last_end = time.perf_counter()  # the Watcher's own bookkeeping is not counted as step time
 
     def _deep_interval(self) -> int:

@@ -1,16 +1,19 @@
 """`fast=`: the speed switches, each reported at the start of a run with the reason when it is off.
 
     fast="auto"   per device: channels_last for convolutional models, TF32 matmuls, a fused
-                  optimizer and side-stream prefetch of the next batch on GPUs; torch.compile
-                  and CUDA graphs stay off by default (their compile time outweighs short runs
-                  and CPU runs), turn them on with fast=[..., "compile"] / [..., "cuda_graph"]
+                  optimizer, sync-free steps and side-stream prefetch of the next batch on GPUs;
+                  torch.compile and CUDA graphs stay off by default (compile time outweighs short
+                  runs; graphs are new), turn them on with fast=[..., "compile"] / [..., "cuda_graph"]
     fast="off"    none of them
     fast=[...]    exactly these parts: "channels_last", "tf32", "fused_optimizer", "compile",
-                  "prefetch", "cuda_graph"
+                  "prefetch", "sync_free", "cuda_graph"
 
-cuda_graph is torch.compile with mode="reduce-overhead": forward and backward are captured as
-CUDA graphs and replayed, which removes the per-kernel launch cost that bounds small and
-mid-size models. A shape the graphs have not seen (a short last batch) records one more graph.
+sync_free: the step is queued on the device without waiting for it; the host reads the loss once,
+at the end. A non-finite loss or gradient skips the update on the device, through the fused
+optimizer's found_inf (so it needs one; fp16's GradScaler keeps its own sync).
+cuda_graph: the whole sync-free step (forward, backward, clipping, update) is captured once as a
+CUDA graph and replayed; steps it cannot replay (a short last batch, a deep check) run eagerly.
+See train/graphed_step.py.
 
 bf16 autocast is `precision=` (auto picks it on GPUs that have it).
 """
@@ -25,7 +28,7 @@ from torch import nn
 
 from torchwise.errors import ConfigError
 
-PARTS = ("channels_last", "tf32", "fused_optimizer", "compile", "prefetch", "cuda_graph")
+PARTS = ("channels_last", "tf32", "fused_optimizer", "compile", "prefetch", "sync_free", "cuda_graph")
 
 
 @dataclass
@@ -72,10 +75,11 @@ def plan_fast(fast: str | Iterable[str], device: torch.device, model: nn.Module)
         plan.on.add("fused_optimizer")
     else:
         plan.why_off["fused_optimizer"] = "pays off on GPUs"
-    if cuda:
-        plan.on.add("prefetch")
-    else:
-        plan.why_off["prefetch"] = "pays off on GPUs"
+    for part in ("prefetch", "sync_free"):
+        if cuda:
+            plan.on.add(part)
+        else:
+            plan.why_off[part] = "pays off on GPUs"
     plan.why_off["compile"] = "opt-in: fast=[..., 'compile']"
     plan.why_off["cuda_graph"] = "opt-in: fast=[..., 'cuda_graph']" if cuda else "needs a CUDA device"
     return plan
@@ -94,17 +98,19 @@ def to_channels_last(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
                  else x for x in inputs)
 
 
-def compile_model(model: nn.Module, options: dict[str, Any] | None = None, cuda_graph: bool = False) -> nn.Module:
-    options = dict(options or {})
-    if cuda_graph:
-        options.setdefault("mode", "reduce-overhead")
-    return torch.compile(model, **options)
+def compile_model(model: nn.Module, options: dict[str, Any] | None = None) -> nn.Module:
+    return torch.compile(model, **(options or {}))
 
 
-def mark_graph_step() -> None:
-    """Tell the CUDA-graph runtime that a new training step begins: the previous step's graph
-    outputs may be overwritten from here (without it, reduce-overhead keeps them alive or errs)."""
-    torch.compiler.cudagraph_mark_step_begin()
+def device_step_blocker(optimizer: torch.optim.Optimizer, scaler: Any, model: nn.Module) -> str | None:
+    """Why sync-free steps cannot run with this set-up (None: they can)."""
+    if not all(group.get("fused") for group in optimizer.param_groups):
+        return "needs a fused optimizer (fused_optimizer, or fused=True in yours)"
+    if scaler is not None:
+        return "fp16's GradScaler reads its overflow flag on the host (use bf16)"
+    if hasattr(model, "set_requires_gradient_sync"):
+        return "not with FSDP"
+    return None
 
 
 def is_compile_failure(exc: BaseException) -> bool:

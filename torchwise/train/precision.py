@@ -49,10 +49,11 @@ class Precision:
     autocast_dtype: torch.dtype | None
     use_grad_scaler: bool           # fp16 needs loss scaling; bf16 has fp32's exponent range and does not
 
-    def autocast(self, device: torch.device):
+    def autocast(self, device: torch.device, cache: bool = True):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+        # cache=False inside CUDA-graph capture: cached casts would be tensors from outside the graph
+        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype, cache_enabled=cache)
 
     def make_scaler(self, device: torch.device):
         return torch.amp.GradScaler(device.type) if self.use_grad_scaler else None

@@ -11,7 +11,6 @@ from torch import nn
 
 from torchwise.errors import TorchwiseError
 from torchwise.train.distributed import DistEnv, sum_across
-from torchwise.train.fast import mark_graph_step
 from torchwise.train.precision import Precision
 
 
@@ -38,7 +37,8 @@ class StepRunner:
         self.scaler = precision.make_scaler(device)
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self._loss_checked = False
-        self.mark_graph_step = False  # fast=[..., "cuda_graph"]: each step begins a new round of graph replays
+        self.sync_free = False  # fast "sync_free": run_on_device() instead of the step below
+        self.graphed: Any = None  # fast "cuda_graph": a train.graphed_step.GraphedStep
         # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
         self._has_no_sync = hasattr(model, "no_sync")
         self._fsdp = hasattr(model, "set_requires_gradient_sync")
@@ -46,9 +46,11 @@ class StepRunner:
     def run(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
         """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them."""
         model, opt, scaler = self.model, self.optimizer, self.scaler
+        if self.graphed is not None:  # fast "cuda_graph": replays the captured step where it can
+            return self.graphed.run(micro_batches, measure_norm)
+        if self.sync_free:
+            return self.run_on_device(micro_batches, measure_norm)
         total = sum(n for _, _, n in micro_batches)
-        if self.mark_graph_step:
-            mark_graph_step()
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for i, (inputs, target, n) in enumerate(micro_batches):
@@ -85,6 +87,55 @@ class StepRunner:
                 return StepResult(loss_sum / total, norm, f"non-finite gradient norm ({norm})", total)
             opt.step()
         return StepResult(loss_sum / total, norm, None, total)
+
+    def run_on_device(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
+        """fast "sync_free": the same step, with one host sync at its end instead of one per micro-batch.
+        A non-finite loss or gradient skips the update on the device (the fused optimizer's found_inf)."""
+        loss, found, norm = self.device_body(micro_batches)
+        loss_value, bad, norm_value = torch.stack([loss, found, norm]).tolist()  # the step's one sync
+        return self.result(loss_value, bad, norm_value, sum(n for _, _, n in micro_batches),
+                           measured=measure_norm or self.clip is not None)
+
+    def device_body(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], *, set_to_none: bool = True,
+                    cache_casts: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Forward, backward, finiteness, clipping and update with no host sync, so that the host queues
+        the whole step at once (and a CUDA graph can capture it). Returns device scalars: the mean loss,
+        1.0 when the update was skipped, and the gradient norm before clipping."""
+        model, opt = self.model, self.optimizer
+        total = sum(n for _, _, n in micro_batches)
+        opt.zero_grad(set_to_none=set_to_none)  # a captured graph needs its gradients to stay where they are
+        loss_sum = torch.zeros((), device=self.device)
+        for i, (inputs, target, n) in enumerate(micro_batches):
+            with self._no_sync(i == len(micro_batches) - 1):
+                with self.precision.autocast(self.device, cache_casts), self.watcher.loss_scope():
+                    loss = self.loss_fn(model(*inputs), target)
+                self._check_loss(loss)
+                self.watcher.observe_backward(loss)
+                (loss * (n / total) if n != total else loss).backward()
+            loss_sum += loss.detach().float() * n
+        norm = _device_norm([p.grad for p in self.params if p.grad is not None], self.device)
+        found = (~torch.isfinite(loss_sum) | ~torch.isfinite(norm)).float()
+        if self.dist.enabled:  # every rank skips together, or none does
+            torch.distributed.all_reduce(found, op=torch.distributed.ReduceOp.MAX)
+        if self.clip is not None:  # as clip_grad_norm_ does, without reading the norm on the host
+            coef = torch.clamp(self.clip / (norm + 1e-6), max=1.0)
+            torch._foreach_mul_([p.grad for p in self.params if p.grad is not None], coef)
+        opt.found_inf = found  # read by fused optimizers: no update, no step count, when it is 1
+        try:
+            opt.step()
+        finally:
+            del opt.found_inf
+        return loss_sum / total, found, norm
+
+    def result(self, loss: float, bad: float, norm: float, total: int, measured: bool) -> StepResult:
+        """The host's view of a device step."""
+        if not bad:
+            return StepResult(loss, norm if measured else None, None, total)
+        if not math.isfinite(loss):
+            return StepResult(loss, None, f"non-finite loss ({loss})", total)
+        if not math.isfinite(norm):
+            return StepResult(loss, norm, f"non-finite gradient norm ({norm})", total)
+        return StepResult(loss, norm, "non-finite loss or gradient on another rank", total)
 
     def _all_finite(self, value: float) -> bool:
         """Under DDP the decision is taken by all ranks together: a rank that skipped backward alone
@@ -143,6 +194,13 @@ def grad_norm(params: list[torch.Tensor]) -> float:
     if hasattr(nn.utils, "get_total_norm"):
         return _to_float(nn.utils.get_total_norm(grads))
     return _to_float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+
+def _device_norm(grads: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    if not grads:
+        return torch.zeros((), device=device)
+    norms = torch._foreach_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
 
 
 def _to_float(norm: torch.Tensor) -> float:

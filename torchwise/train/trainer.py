@@ -25,8 +25,8 @@ from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_ac
 from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
-from torchwise.train.fast import (FastPlan, apply_to_model, compile_model, is_compile_failure, plan_fast,
-                                  to_channels_last)
+from torchwise.train.fast import (FastPlan, apply_to_model, compile_model, device_step_blocker, is_compile_failure,
+                                  plan_fast, to_channels_last)
 from torchwise.train.prefetch import Prefetcher, prefetch_allowed
 from torchwise.train.events import Events, Handle
 from torchwise.train.precision import choose_device, choose_precision
@@ -463,10 +463,9 @@ class Trainer:
         # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
         self.train_model = distributed.wrap_model(self.model, self.dist, self.device, self.strategy)
         self.optimizer = self._build_optimizer()
-        graphs = "cuda_graph" in self.fast_plan.on
-        if "compile" in self.fast_plan.on or graphs:  # compiled at the first step; a failure falls back to eager
+        if "compile" in self.fast_plan.on:  # compiled lazily at the first step; a failure falls back to eager
             self._eager_train_model = self.train_model
-            self.train_model = compile_model(self.train_model, self.compile_options, cuda_graph=graphs)
+            self.train_model = compile_model(self.train_model, self.compile_options)
         shard = dict(rank=self.dist.rank, world_size=self.dist.world_size)
         self.train_loader = build_loader(self.train_data, role="train_data", train=True, device=self.device,
                                          batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers,
@@ -491,7 +490,7 @@ class Trainer:
         # OOMGuard turns an out-of-memory error into the remedies, or (on_oom="adapt") into smaller micro-batches
         self._step_core = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
                                      self.clip_grad_norm, self.dist, self.watcher)
-        self._step_core.mark_graph_step = "cuda_graph" in self.fast_plan.on
+        self._plan_device_steps()
         self.step_runner = OOMGuard(self._step_core, mode=self.on_oom, accumulate=self.accumulate)
         if "prefetch" in self.fast_plan.on:
             allowed, why = prefetch_allowed(self.train_loader.loader, self.train_loader.plan.num_workers)
@@ -528,14 +527,31 @@ class Trainer:
             reason = f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[0][:300]}"
             progress.message(f"torchwise: torch.compile failed, training continues in eager mode "
                              f"({type(exc).__name__} - {reason})")
-            for part in ("compile", "cuda_graph"):
-                if part in self.fast_plan.on:
-                    self.fast_plan.on.discard(part)
-                    self.fast_plan.why_off[part] = f"failed: {type(exc).__name__}"
-            self._step_core.mark_graph_step = False
+            self.fast_plan.on.discard("compile")
+            self.fast_plan.why_off["compile"] = f"failed: {type(exc).__name__}"
             self.train_model = self._step_core.model = self._eager_train_model
             self._eager_train_model = None
             return self.step_runner.run(micro, measure_norm=measure_norm)
+
+    def _plan_device_steps(self) -> None:
+        """fast "sync_free" / "cuda_graph": switch them off, with the reason, where they cannot run."""
+        plan, core = self.fast_plan, self._step_core
+        wanted = [p for p in ("sync_free", "cuda_graph") if p in plan.on]
+        blocker = device_step_blocker(self.optimizer, core.scaler, self.model) if wanted else None
+        if "cuda_graph" in plan.on and blocker is None:
+            from torchwise.train.graphed_step import GraphedStep, graph_blocker
+
+            graph_why = graph_blocker(self.device, self.dist, self.accumulate, self.optimizer)
+            if graph_why is None:
+                core.graphed = GraphedStep(core)
+            else:
+                plan.on.discard("cuda_graph")
+                plan.why_off["cuda_graph"] = graph_why
+        for part in wanted:
+            if blocker is not None:
+                plan.on.discard(part)
+                plan.why_off[part] = blocker
+        core.sync_free = "sync_free" in plan.on or "cuda_graph" in plan.on
 
     def _attach_watcher(self):
         """The same detectors as `torchwise check`, on this run (deep checks on a few steps only)."""
@@ -566,7 +582,9 @@ class Trainer:
     def _build_optimizer(self) -> torch.optim.Optimizer:
         arg = self._optimizer_arg
         if arg is None:
-            opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused="fused_optimizer" in self.fast_plan.on)
+            # sync-free steps and graphs skip non-finite updates through a fused optimizer's found_inf
+            fused = bool({"fused_optimizer", "sync_free", "cuda_graph"} & self.fast_plan.on)
+            opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused=fused)
         elif isinstance(arg, torch.optim.Optimizer):
             opt = arg
             self._optimizer_as_given()
