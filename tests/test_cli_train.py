@@ -284,3 +284,17 @@ def test_fast_parts_from_the_command_line(image_folder, tmp_path):
     bad = run_cli("train", "--data", image_folder, "--out", tmp_path / "bad", "--max-steps", "2",
                   "--set", "train.fast=chanels_last")
     assert bad.returncode == 2 and "did you mean: channels_last" in bad.stderr
+
+
+def test_augmentation_on_the_device_from_the_command_line(image_folder, tmp_path):
+    proc = run_cli("train", "--data", image_folder, "--out", tmp_path / "run", "--epochs", "2", "--batch-size", "16",
+                   "--set", "data.augment_on=device", "--set", "output.report=false")
+    assert proc.returncode == 0, proc.stderr
+    assert "augmentation on the device, per batch" in proc.stderr + proc.stdout
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) == 2  # it learns: both losses go down (2 epochs are too few for accuracy here)
+    assert float(rows[1]["train_loss"]) < float(rows[0]["train_loss"])
+    assert float(rows[1]["val_loss"]) < float(rows[0]["val_loss"])
+    lr = run_cli("lr-find", "--data", image_folder, "--out", tmp_path / "lr", "--batch-size", "8", "--steps", "12",
+                 "--set", "data.augment_on=device")
+    assert lr.returncode == 0, lr.stderr

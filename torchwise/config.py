@@ -57,6 +57,10 @@ class DataConfig:
                 "quarter of the free RAM), else disk up to 16 GiB (at most half the free space), else off")
     cache_dir: str | None = _opt(None, "folder of data.cache=disk (none: $TORCHWISE_CACHE_DIR, else "
                                        "~/.cache/torchwise/images); one subfolder per data set and input size")
+    augment_on: Literal["cpu", "device"] = _opt(
+        "cpu", "images: where training augmentation runs: cpu (image by image in the loader) or device "
+               "(whole batches on the training device after the copy: the loader only cuts a fixed square; "
+               "random resized crop, flips and normalization then run as a few batched tensor operations)")
 
     def __post_init__(self) -> None:
         _validate_section(self)

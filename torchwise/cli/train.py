@@ -187,7 +187,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
         # `resume` is what this invocation does, not a property of the run: a saved `resume: true`
         # would make `--config RUN/config.yaml` fail for a new run.
         dataclasses.replace(config, train=dataclasses.replace(config.train, resume=False)).save(run_dir / "config.yaml")
-        task = prepare_task(config, run_dir, progress=_progress_enabled(config.output.progress))
+        task = prepare_task(config, run_dir, progress=_progress_enabled(config.output.progress), log=log)
     from torchwise.train.distributed import barrier
 
     barrier(dist_env)
@@ -240,6 +240,7 @@ def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
         num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta, strategy=t.strategy,
         on_oom=t.on_oom, eval_every=t.eval_every, profile=t.profile,
         fast=t.fast if t.fast in ("auto", "off") else [part.strip() for part in t.fast.split(",") if part.strip()],
+        batch_augment=task.batch_augment, batch_eval=task.batch_eval,
     )
 
 
@@ -297,7 +298,8 @@ def _log_data(task, log) -> None:
     if task.kind == "image":
         train_n, val_n = sum(s["train_counts"].values()), sum(s["val_counts"].values())
         log(f"data: {s['root']} ({s['layout']}): {len(task.class_names)} classes, {train_n} train / {val_n} val "
-            f"images, input {s['input']}, normalization from {s['normalization']}")
+            f"images, input {s['input']}, normalization from {s['normalization']}, augmentation "
+            f"{s.get('augmentation', 'in the loader')}")
     else:
         log(f"data: {s['root']}: {s['problem']} of {s['target']!r}, {s['train_rows']} train / {s['val_rows']} val "
             f"rows, {s['features']} features")

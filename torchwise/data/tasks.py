@@ -39,6 +39,9 @@ class Task:
     # The raw validation image i (PIL) for the report's worst examples; None for tables.
     val_image: Callable[[int], Any] | None = None
     val_ids: list[str] = field(default_factory=list)   # file paths or "row N"
+    # data.augment_on=device: the Trainer's batch_augment / batch_eval (torchwise.data.device_augment)
+    batch_augment: Any = None
+    batch_eval: Any = None
 
     def meta(self) -> dict[str, Any]:
         """final/meta.json content (docs/CONTRACTS.md)."""
@@ -121,8 +124,17 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
                                                          seed=config.train.seed, progress=progress))
         stats_source = "training split" + (" (cached)" if cached else "")
 
-    train_tf = transforms.train_transform(side, mean, std, crop_scale=d.crop_scale, hflip=d.hflip)
-    val_tf = transforms.val_transform(side, mean, std, center_crop=d.center_crop)
+    batch_augment = batch_eval = None
+    if d.augment_on == "device":
+        from torchwise.data.device_augment import BatchAugment, BatchEval
+
+        train_tf = val_tf = transforms.fixed_square_uint8(side, d.center_crop)
+        batch_augment = BatchAugment.like_train_transform(size=side, mean=mean, std=std, crop_scale=d.crop_scale,
+                                                          hflip=d.hflip)
+        batch_eval = BatchEval.like_val_transform(size=side, mean=mean, std=std, center_crop=d.center_crop)
+    else:
+        train_tf = transforms.train_transform(side, mean, std, crop_scale=d.crop_scale, hflip=d.hflip)
+        val_tf = transforms.val_transform(side, mean, std, center_crop=d.center_crop)
     train_ds = imagefolder.ImageDataset(scan.train, train_tf, mode=mode, cache=cache)
     val_ds = imagefolder.ImageDataset(scan.val, val_tf, mode=mode, cache=cache)
 
@@ -134,7 +146,8 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
                                                  "val": rel(scan.val),
                                                  "skipped": [[p, r] for p, r in scan.skipped]})
     summary = scan.summary()
-    summary.update({"input": f"{channels}x{side}x{side}", "normalization": stats_source, "cache": cache_line})
+    summary.update({"input": f"{channels}x{side}x{side}", "normalization": stats_source, "cache": cache_line,
+                    "augmentation": "on the device, per batch" if batch_augment is not None else "in the loader"})
     return Task(
         kind="image", problem="classification", train=train_ds, val=val_ds, class_names=scan.class_names,
         input_size=[channels, side, side], mean=mean, std=std,
@@ -143,6 +156,7 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
         summary=summary,
         meta_extra={"image": {"mode": mode, "size": side, "center_crop": d.center_crop}},
         val_image=val_ds.load_image, val_ids=[p for p, _ in scan.val],
+        batch_augment=batch_augment, batch_eval=batch_eval,
     )
 
 

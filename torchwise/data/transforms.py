@@ -51,3 +51,14 @@ def stats_transform(size: int, *, center_crop: float = 0.875):
     from torchvision.transforms import v2
 
     return v2.Compose([v2.ToImage(), *eval_resize(size, center_crop), *_to_float()[1:]])
+
+
+def fixed_square_uint8(size: int, center_crop: float = 0.875):
+    """For data.augment_on=device: the loader only cuts the square of side size/center_crop around the
+    center (as validation resizes), kept as uint8; crops, flips and normalization happen per batch on
+    the device (torchwise.data.device_augment). Random crops then come from that square rather than
+    from the whole image."""
+    from torchvision.transforms import v2
+
+    side = max(size, int(round(size / center_crop)))
+    return v2.Compose([v2.ToImage(), v2.Resize(side, antialias=True), v2.CenterCrop(side), v2.ToPureTensor()])

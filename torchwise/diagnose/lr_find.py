@@ -329,7 +329,7 @@ def run_lr_find(trainer: Any, *, plot: str | Path | None = None, **kwargs: Any) 
         plot = Path(trainer.out_dir) / "lr_find.png"
     return _run(trainer.model, optimizer, trainer.loss_fn, loader, trainer.precision, trainer.device,
                 trainer.clip_grad_norm, schedule.scheduler if schedule is not None else None, trainer.accumulate,
-                kwargs, plot)
+                kwargs, plot, augment=getattr(trainer, "batch_augment", None))
 
 
 def _build_loader(data: Any, device: torch.device, batch_size: int, seed: int, num_workers: int | str):
@@ -339,10 +339,12 @@ def _build_loader(data: Any, device: torch.device, batch_size: int, seed: int, n
                         num_workers=num_workers)
 
 
-def _micro_batches(loader: Any, device: torch.device, accumulate: int) -> Iterator[list]:
-    """Endless: epochs follow each other, so a short data set still gives a full sweep."""
+def _micro_batches(loader: Any, device: torch.device, accumulate: int, augment: Any = None) -> Iterator[list]:
+    """Endless: epochs follow each other, so a short data set still gives a full sweep. `augment`: the
+    Trainer's batch_augment (the sweep must see the inputs training sees)."""
     from torchwise.train.batches import batch_size_of, move_to, split_batch
 
+    generator = torch.Generator(device=device).manual_seed(0) if augment is not None else None
     epoch = 0
     while True:
         got_any = False
@@ -350,6 +352,8 @@ def _micro_batches(loader: Any, device: torch.device, accumulate: int) -> Iterat
         for batch in loader.epoch_iter(epoch):
             got_any = True
             inputs, target = split_batch(move_to(batch, device, device.type == "cuda"))
+            if augment is not None:
+                inputs = (augment(inputs[0], generator), *inputs[1:])
             micro.append((inputs, target, batch_size_of(target)))
             if len(micro) == accumulate:
                 yield micro
@@ -361,14 +365,15 @@ def _micro_batches(loader: Any, device: torch.device, accumulate: int) -> Iterat
         epoch += 1
 
 
-def _run(model, optimizer, loss_fn, loader, precision, device, clip, scheduler, accumulate, settings, plot):
+def _run(model, optimizer, loss_fn, loader, precision, device, clip, scheduler, accumulate, settings, plot,
+         augment=None):
     from torchwise.train.step import StepRunner
 
     _check_args(settings.get("start_lr", 1e-7), settings.get("end_lr", 10.0), settings.get("num_steps", 100),
                 settings.get("smoothing", 0.9), settings.get("diverge", 4.0), settings.get("rule", "steepest"))
     runner = StepRunner(model, optimizer, loss_fn, precision, device, clip)
     snapshot = _Snapshot(model, optimizer, scheduler, runner.scaler)
-    batches = _micro_batches(loader, device, accumulate)
+    batches = _micro_batches(loader, device, accumulate, augment)
     try:
         model.train()
         result = sweep(lambda: runner.run(next(batches), measure_norm=False), optimizer, **settings)
