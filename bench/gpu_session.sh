@@ -4,7 +4,7 @@
 # Through the device tool:   run(command="bash bench/gpu_session.sh", timeout_s=600)
 # Everything lands in $OUT (the tool's folder that comes back; /tmp/gpu_session when OUT is unset):
 #     env.log            nvidia-smi, python/torch/CUDA/library versions
-#     pytest_gpu.log     python3 -m pytest -m gpu -x -q tests   (the repo's GPU-marked tests)
+#     pytest_gpu.log     python3 -m pytest -m gpu -q -rfE tests  (the repo's GPU-marked tests; every failure listed)
 #     bench_gpu.log      python3 bench/bench_gpu.py             (table; the numbers are in bench_gpu.json)
 #     bench_gpu.json     every number, with the GPU name, torch and CUDA versions
 #     bench_trainer.log  python3 bench/bench_trainer.py --repeats 3 (the CPU overhead benchmark)
@@ -70,7 +70,7 @@ PYEOF
 step env 60 bash -c "nvidia-smi; echo; $PY '$OUT/env_check.py'; echo cpus \$(nproc); free -g | head -2; df -h /dev/shm | tail -1"
 
 if [ "${SKIP_PYTEST:-0}" != 1 ]; then
-    step pytest_gpu 150 "$PY" -m pytest -m gpu -x -q -p no:cacheprovider --timeout 120 tests
+    step pytest_gpu 170 "$PY" -m pytest -m gpu -q -rfE -p no:cacheprovider --timeout 120 tests
 fi
 
 RESERVE=90   # for bench_trainer

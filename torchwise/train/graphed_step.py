@@ -82,7 +82,8 @@ class GraphedStep:
                 g["lr"], g["capturable"] = lr, True
             torch.cuda.synchronize(device)
             opt.zero_grad(set_to_none=True)  # backward in the graph allocates the gradients in its pool
-            with torch.cuda.graph(graph):
+            # thread_local: a DataLoader's pin-memory thread may call CUDA while we capture
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.out = core.device_body([(tuple(self.static[0]), self.static[1], n)], cache_casts=False)
         except Exception as exc:  # noqa: BLE001 - any capture failure leaves the run on eager steps
             self.failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
