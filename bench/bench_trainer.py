@@ -90,10 +90,16 @@ def torchwise_trainer(dataset, build, epochs, batch_size, checks=True):
 
 
 def _lightning():
+    import logging
+    import warnings
+
     try:
         import lightning as L
     except ImportError:
         import pytorch_lightning as L  # the same Trainer, packaged under its older name
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # its start-up banners would bury the table
+    warnings.filterwarnings("ignore", module="(pytorch_)?lightning")
     return L
 
 

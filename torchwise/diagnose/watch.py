@@ -18,8 +18,9 @@ optimizer step hooks, a detached copy of the loss). Expensive ones (per-module h
 inspection, gradient/weight norms, parameter snapshots for the update size) run only in *deep*
 steps: the first `deep_first` optimizer steps and then every `deep_every`-th step.
 Driven mode goes further, because the Trainer itself guarantees what the cheap hooks watch for
-(zero_grad, train/eval mode): between deep steps no hook is registered at all, and deep steps are
-spaced so that they cost about `deep_budget` (1%) of the training time, measured as it runs.
+(zero_grad, train/eval mode): between deep steps no hook is registered at all, and after the first
+`deep_first` steps a deep step runs only while the deep steps' extra time stays within
+`deep_budget` (1%) of the training time, measured as it runs.
 
 API for the Trainer (and anyone driving the loop themselves)::
 
@@ -280,16 +281,18 @@ class Watcher:
 
     def __init__(self, *, check_mode: bool = False, max_steps: int | None = None,
                  deep_first: int | None = None, deep_every: int | None = None,
-                 hash_rows: bool | None = None, deep_budget: float = 0.01, deep_every_max: int = 2000):
+                 hash_rows: bool | None = None, deep_budget: float = 0.01):
         self.check_mode = check_mode
         self.driven = False
-        # driven mode: deep steps spaced to cost about this share of the run (see _deep_interval)
-        self.deep_budget, self.deep_every_max = deep_budget, deep_every_max
+        # driven mode: deep steps after the first deep_first cost at most this share of the run's time
+        # (see _deep_affordable)
+        self.deep_budget = deep_budget
         self._next_deep = 0
         self._step_times: dict[bool, list[float]] = {True: [], False: []}
+        self._elapsed = self._deep_time = 0.0
+        self._deep_count = 0
         self._last_end: float | None = None
         self._driven_handles: list = []
-        self._loss_seen = False  # driven: a loss reached observe_backward in the current step
         self.max_steps = max_steps or None
         self.deep_first = deep_first if deep_first is not None else (100 if check_mode else 5)
         self.deep_every = deep_every if deep_every is not None else (5 if check_mode else 50)
@@ -473,57 +476,52 @@ class Watcher:
         """Call just before loss.backward() when the Watcher is not in global mode."""
         if self._global:
             return
-        self._loss_seen = True
         if self.driven and not self._deep:
-            # between deep steps only the loss curve is kept (its value; the Trainer checked it is a scalar)
-            self.backwards += 1
-            if len(self.losses) < 200_000:
-                self.losses.append(loss.detach())
-                self.loss_steps.append(self.steps)
-            self._stepped_since_backward = False
-            self._backward_since_step += 1
+            self.backwards += 1  # the loss value comes with end_step()
             return
         self._on_backward(loss)
 
-    def end_step(self, stepped: bool = True, nonfinite_loss: bool = False) -> None:
-        """Driven mode: one training step is over (stepped=False: the loop skipped its optimizer step,
-        nonfinite_loss=True: because the loss was nan/inf, so the next steps look for the culprit)."""
+    def end_step(self, stepped: bool = True, nonfinite_loss: bool = False, loss: float | None = None) -> None:
+        """Driven mode: one training step is over. stepped=False: the loop skipped its optimizer step;
+        nonfinite_loss=True: because the loss was nan/inf (the next steps look for the culprit); loss:
+        the step's mean loss, for the loss curve (a float the loop has anyway: no tensor kept per step)."""
         now = time.perf_counter()
         was_deep = self._deep
         if self._last_end is not None:
+            dt = now - self._last_end
             times = self._step_times[was_deep]
-            times.append(now - self._last_end)
+            times.append(dt)
             del times[:-16]
-        if was_deep and not self._want_nonfinite_hunt():
-            self._next_deep = self.steps + (1 if stepped else 0) + self._deep_interval()
-        if nonfinite_loss:
-            if self.first_nonfinite_loss_step is None:
-                self.first_nonfinite_loss_step = self.steps
-            if not self._loss_seen and len(self.losses) < 200_000:  # the loop skipped backward for it
-                self.losses.append(torch.tensor(math.nan))
-                self.loss_steps.append(self.steps)
+            self._elapsed += dt
+            if was_deep:
+                self._deep_time += dt
+                self._deep_count += 1
+        if was_deep:  # the next one at least deep_every steps later, and only when the budget allows
+            self._next_deep = self.steps + (1 if stepped else 0) + self.deep_every
+        if nonfinite_loss and self.first_nonfinite_loss_step is None:
+            self.first_nonfinite_loss_step = self.steps
+        if loss is not None and len(self.losses) < 200_000:
+            self.losses.append(loss)
+            self.loss_steps.append(self.steps)
         if stepped:
             self._after_step()
         else:
             want = self._want_deep()
             if want != self._deep:
                 self._set_deep(want)
-        self._loss_seen = False
         self._last_end = time.perf_counter()  # the Watcher's own bookkeeping is not counted as step time
 
-    def _deep_interval(self) -> int:
-        """Steps until the next deep step: enough that deep steps' extra time stays near deep_budget of
-        the run (a deep step costs about one more plain step on a tiny model, a few percent on a large
-        one), never fewer than deep_every. Medians of the last 16 steps of each kind: an evaluation
-        pass or a checkpoint between two steps does not move them."""
+    def _deep_affordable(self) -> bool:
+        """Driven mode: whether one more deep step keeps the deep steps' extra time within deep_budget of
+        the time measured so far. A deep step's extra time is its duration less a plain step's (medians
+        of the last 16 of each kind, so that an evaluation pass between two steps does not move them);
+        it is about one plain step on a tiny model and a few percent of one on a large model."""
         plain, deep = self._step_times[False], self._step_times[True]
         if len(plain) < 3 or not deep:
-            return self.deep_every
+            return False
         p, d = _median_of(plain), _median_of(deep)
-        if p <= 0:
-            return self.deep_every
-        need = math.ceil(max(0.0, d - p) / (self.deep_budget * p))
-        return max(self.deep_every, min(self.deep_every_max, need))
+        spent = self._deep_time - self._deep_count * p
+        return spent + max(0.0, d - p) <= self.deep_budget * self._elapsed
 
     def observe_batch(self, inputs: Any, targets: Any = None, train: bool = True) -> None:
         """Inspect a batch the Watcher could not see through a loader (deep steps only)."""
@@ -581,7 +579,9 @@ class Watcher:
         s = self.steps
         if s < self.deep_first or self._want_nonfinite_hunt():
             return True
-        return s >= self._next_deep if self.driven else s % self.deep_every == 0
+        if self.driven:
+            return s >= self._next_deep and self._deep_affordable()
+        return s % self.deep_every == 0
 
     def _want_nonfinite_hunt(self) -> bool:
         # bounded: a nan that no module makes (log(0) in the loss, one bad batch) must not leave every
@@ -866,7 +866,7 @@ class Watcher:
         if self.backward_where is None:
             self.backward_where = user_where()
         value = loss.detach().reshape(())
-        if len(self.losses) < 200_000:
+        if len(self.losses) < 200_000 and not self.driven:  # driven: end_step() brings the value
             self.losses.append(value)
             self.loss_steps.append(self.steps)
         if self._deep:
@@ -1153,7 +1153,9 @@ class Watcher:
     def loss_values(self) -> list[float]:
         if not self.losses:
             return []
-        return [float(v) for v in torch.stack([v.reshape(()).float().cpu() for v in self.losses]).tolist()]
+        tensors = [v for v in self.losses if isinstance(v, torch.Tensor)]  # floats in driven mode
+        values = iter(torch.stack([v.reshape(()).float().cpu() for v in tensors]).tolist() if tensors else [])
+        return [float(next(values)) if isinstance(v, torch.Tensor) else float(v) for v in self.losses]
 
     def report(self) -> dict[str, Any]:
         found = self.findings()

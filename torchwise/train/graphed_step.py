@@ -113,7 +113,6 @@ class GraphedStep:
         self.graph.replay()
         self.replays += 1
         loss, found, norm = self.out  # type: ignore[misc]
-        self.core.watcher.observe_backward(loss.clone())  # the loss curve; hooks saw only the capture
         loss_value, bad, norm_value = torch.stack([loss, found, norm]).tolist()
         return self.core.result(loss_value, bad, norm_value, n, measured=measure_norm or self.core.clip is not None)
 

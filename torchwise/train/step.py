@@ -183,7 +183,7 @@ class _NoWatcher:
     def observe_backward(self, loss: torch.Tensor) -> None:
         pass
 
-    def end_step(self, stepped: bool = True, nonfinite_loss: bool = False) -> None:
+    def end_step(self, stepped: bool = True, nonfinite_loss: bool = False, loss: float | None = None) -> None:
         pass
 
 

@@ -21,25 +21,24 @@ from torch import nn
 from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
 from torchwise.train import checkpoint as ckpt
 from torchwise.train import distributed
-from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_across
 from torchwise.train.batches import batch_size_of, move_to, split_batch
+from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_across
 from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
+from torchwise.train.events import Events, Handle
 from torchwise.train.fast import (FastPlan, apply_to_model, compile_model, device_step_blocker, is_compile_failure,
                                   plan_fast, to_channels_last)
-from torchwise.train.prefetch import Prefetcher, prefetch_allowed
-from torchwise.train.events import Events, Handle
 from torchwise.train.precision import choose_device, choose_precision
+from torchwise.train.prefetch import Prefetcher, prefetch_allowed
 from torchwise.train.progress import Progress
-from torchwise.train.reproducibility import (capture_rng_state, configure_determinism, derive_seed,
-                                             restore_rng_state, seed_everything)
+from torchwise.train.reproducibility import configure_determinism, derive_seed, seed_everything
+from torchwise.train.run_files import RunFiles
 from torchwise.train.schedule import build_schedule
+from torchwise.train.sharding import is_sharded
 from torchwise.train.step import StepRunner
-from torchwise.train.sharding import full_state_dict, is_sharded, load_sharded, save_sharded
-from torchwise.weights import apply_state_dict, model_state_dict, save_state_dict
+
 
 TASKS = ("classification", "regression")
-STATE_FORMAT = 1
 
 
 @dataclass
@@ -196,7 +195,7 @@ class Trainer:
         self.events = Events()
         self.pos = _Position()
         self._setup_done = False
-        self._best_state: dict[str, torch.Tensor] | None = None
+        self.files = RunFiles(self)  # checkpoints, best and final weights
         self._stop_requested = False
         self._timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
 
@@ -242,7 +241,7 @@ class Trainer:
                     if self.eval_every and pos.step % self.eval_every == 0:
                         stopped_early |= self._evaluate_and_log(log, progress, start_time)
                     if self.checkpoint_every and pos.step % self.checkpoint_every == 0:
-                        self._save_checkpoint()
+                        self.files.save_checkpoint()
                     if stopped_early or self._stop_requested:
                         break
                 if pos.batch_in_epoch >= self.train_loader.batches_per_epoch():
@@ -260,7 +259,7 @@ class Trainer:
                 self.profiler.close()
             progress.close()
             log.close()
-        final_path = self._finish()
+        final_path = self.files.finish()
         findings = self._report_findings(progress)
         barrier(self.dist)
         result = FitResult(
@@ -339,7 +338,8 @@ class Trainer:
                              f"{self.profiler.table}")
             self.profiler = None
         pos.step += 1
-        self._step_core.watcher.end_step(stepped=result.skipped is None, nonfinite_loss=result.loss_not_finite)
+        self._step_core.watcher.end_step(stepped=result.skipped is None, nonfinite_loss=result.loss_not_finite,
+                                         loss=result.loss)
         lr = self.optimizer.param_groups[0]["lr"]
         if result.skipped:
             pos.skipped += 1
@@ -350,7 +350,7 @@ class Trainer:
                 raise TrainingStopped(
                     f"Training stopped: {pos.consecutive_skipped} optimizer steps in a row were skipped.",
                     values={"step": pos.step, "last reason": result.skipped, "learning rate": lr,
-                            "last checkpoint": self._latest_checkpoint_name()},
+                            "last checkpoint": self.files.latest_checkpoint_name()},
                     fix="Lower the learning rate (try 10x lower), set clip_grad_norm=1.0, check the inputs for "
                         "nan/inf, or use precision='bf16'/'fp32' instead of fp16. `torchwise check` finds the "
                         "first layer whose output goes non-finite.")
@@ -382,7 +382,7 @@ class Trainer:
         self.pos.epoch += 1
         self.pos.batch_in_epoch = 0
         if self.out_dir is not None and not self.checkpoint_every:
-            self._save_checkpoint()
+            self.files.save_checkpoint()
         return stop
 
     def _evaluate_and_log(self, log: Any, progress: Progress, start_time: float) -> bool:
@@ -410,7 +410,7 @@ class Trainer:
             self.schedule.after_evaluation(value)
         if self._improved(value):
             pos.best_value, pos.best_step = value, pos.step
-            self._keep_best()
+            self.files.keep_best()
         if self.early_stopping is not None and self.early_stopping.update(value):
             progress.message(f"torchwise: early stopping at step {pos.step}: {self.monitor} did not improve for "
                              f"{self.early_stopping.patience} evaluations (best {pos.best_value:.4g} at step "
@@ -508,7 +508,7 @@ class Trainer:
                      {"out_dir": str(self.out_dir), "latest": existing[-1].name if existing else "-"},
                      "Pass resume=True to continue that run, or use a new out_dir (or delete the old one).")
         if found is not None:
-            self._load_checkpoint(found)
+            self.files.load_checkpoint(found)
         return found
 
     def _optimizer_as_given(self) -> None:
@@ -559,7 +559,8 @@ class Trainer:
             return None
         from torchwise.diagnose.watch import Watcher
 
-        watcher = Watcher(deep_every=50, deep_first=5).attach(self.model, self.optimizer, driven=True)
+        # two deep steps at the start (most mistakes show in the first batch), then as the 1% budget allows
+        watcher = Watcher(deep_every=50, deep_first=2).attach(self.model, self.optimizer, driven=True)
         watcher.attach_loaders(train=self.train_loader.loader,
                                val=self.val_loader.loader if self.val_loader is not None else None)
         self.evaluator.watcher = watcher
@@ -635,162 +636,6 @@ class Trainer:
                          f"batch {self.pos.batch_in_epoch})")
         return "\n".join(lines)
 
-    # ------------------------------------------------------------------ checkpoints
-    def _state(self, rng_per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-        pos = self.pos
-        return {
-            "format": STATE_FORMAT,
-            "position": {k: getattr(pos, k) for k in ("step", "epoch", "batch_in_epoch", "skipped",
-                                                       "consecutive_skipped", "loss_sum", "loss_count",
-                                                       "best_value", "best_step", "last_grad_norm")},
-            "history": json.dumps(pos.history),
-            "optimizer": None if is_sharded(self.model) else self.optimizer.state_dict(),  # sharded/ has it
-            "scheduler": self.schedule.scheduler.state_dict() if self.schedule else None,
-            "scaler": self.step_runner.scaler.state_dict() if self.step_runner.scaler else None,
-            "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
-            "rng": rng_per_rank[0],
-            "rng_per_rank": rng_per_rank,
-            "schedule_total_steps": self._total_steps,
-            "data": {"seed": self.seed, "train_samples": _len_or_minus1(self.train_data),
-                     "batches_per_epoch": self.train_loader.batches_per_epoch(), "world_size": self.dist.world_size,
-                     "batch_size": self.batch_size},
-            "config": json.dumps(self.config, default=str),
-            "versions": {"torchwise": _version(), "torch": str(torch.__version__)},
-        }
-
-    def _save_checkpoint(self) -> None:
-        if self.out_dir is None:
-            return
-        rng_per_rank = gather_objects(capture_rng_state(), self.dist)  # every rank's dropout stream
-        root = self.out_dir / "checkpoints"
-        path = root / ckpt.checkpoint_name(self.pos.step)
-        tmp = None
-        if is_sharded(self.model):  # every rank writes its own shards first
-            tmp = ckpt.begin_checkpoint(root, self.pos.step) if self.dist.is_main else ckpt.pending_path(root, self.pos.step)
-            barrier(self.dist)
-            save_sharded(tmp / "sharded", self.model, self.optimizer)
-        weights = self._full_weights()
-        if self.dist.is_main:
-            ckpt.save_checkpoint(root, self.pos.step, weights, self._state(rng_per_rank), tmp)
-            ckpt.prune(root, self.keep_last)
-        barrier(self.dist)  # no rank runs ahead of a checkpoint that is not on disk yet
-        self.events.emit("checkpoint_saved", trainer=self, step=self.pos.step, path=path)
-
-    def _load_checkpoint(self, path: Path) -> None:
-        weights, state = ckpt.load_checkpoint(path, self.device)
-        if not ckpt.has_shards(path):
-            apply_state_dict(self.model, weights, source=str(path))
-        data = state["data"]
-        same_layout = data.get("world_size", 1) == self.dist.world_size and data.get("batch_size") in (None, self.batch_size)
-        if data["train_samples"] != _len_or_minus1(self.train_data) or (
-                same_layout and data["batches_per_epoch"] != self.train_loader.batches_per_epoch()):
-            raise TorchwiseError(
-                "The training data differ from the data of the checkpoint being resumed.",
-                values={"checkpoint": str(path), "samples then/now": f"{data['train_samples']} / "
-                        f"{_len_or_minus1(self.train_data)}", "batches per epoch then/now":
-                        f"{data['batches_per_epoch']} / {self.train_loader.batches_per_epoch()}"},
-                fix="Resume with the same data set and batch size, or start a new run (another out_dir).")
-        if ckpt.has_shards(path):  # model and optimizer, resharded to this run's number of ranks
-            load_sharded(path / "sharded", self.model, self.optimizer)
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-        if self.schedule is not None and state["scheduler"] is not None:
-            saved_total = state.get("schedule_total_steps", self._total_steps)
-            # one-cycle and cosine are laid out over the whole run: a longer run cannot continue them
-            _require(not isinstance(self.scheduler_spec, str) or self.schedule.interval != "step"
-                     or saved_total == self._total_steps,
-                     "The run's length changed, and its learning-rate schedule was laid out for the old length.",
-                     {"scheduler": self.scheduler_spec, "total steps then": saved_total, "total steps now": self._total_steps},
-                     "Resume with the original max_epochs/max_steps, or start a new run initialised from this run's "
-                     "weights (torchwise.load_model / --weights RUN/final/model.safetensors).")
-            self.schedule.scheduler.load_state_dict(state["scheduler"])
-        if self.step_runner.scaler is not None and state["scaler"] is not None:
-            self.step_runner.scaler.load_state_dict(state["scaler"])
-        if self.early_stopping is not None and state["early_stopping"] is not None:
-            self.early_stopping.load_state_dict(state["early_stopping"])
-        for key, value in state["position"].items():
-            setattr(self.pos, key, value)
-        self.pos.history = json.loads(state["history"])
-        self._load_best()
-        if not same_layout:
-            self._relayout_position(data)
-            seed_everything(self.seed + self.dist.rank + 7919 * self.pos.step)
-            return
-        restore_rng_state(state["rng_per_rank"][self.dist.rank])  # last: nothing after this may draw random numbers
-
-    def _relayout_position(self, data: dict[str, Any]) -> None:
-        """Resume on another number of ranks (or batch size): same samples-seen position, nearest batch."""
-        old_per_batch = data.get("batch_size", self.batch_size) * data.get("world_size", 1)
-        samples_seen = self.pos.batch_in_epoch * old_per_batch
-        self.pos.batch_in_epoch = min(samples_seen // (self.batch_size * self.dist.world_size),
-                                      self.train_loader.batches_per_epoch())
-        if self.dist.is_main:
-            print(f"torchwise: resuming a run of {data.get('world_size', 1)} process(es) on {self.dist.world_size}: "
-                  f"continuing at sample {samples_seen} of epoch {self.pos.epoch} (batch {self.pos.batch_in_epoch}); "
-                  "random streams are re-seeded, so this run is not bit-identical to an uninterrupted one.",
-                  file=sys.stderr)
-
-    def _latest_checkpoint_name(self) -> str:
-        if self.out_dir is None:
-            return "none (no out_dir)"
-        found = ckpt.list_checkpoints(self.out_dir / "checkpoints")
-        return str(found[-1]) if found else "none yet"
-
-    # ------------------------------------------------------------------ best weights and the end of fit
-    def _full_weights(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights (gathered to rank 0 when sharded; call on all ranks)."""
-        return full_state_dict(self.model) if is_sharded(self.model) else model_state_dict(self.model)
-
-    def _keep_best(self) -> None:
-        if self.early_stopping is not None and self.early_stopping.restore_best:
-            # this rank's own copy (its shards, under FSDP), restored with load_state_dict at the end
-            sharded = is_sharded(self.model)
-            self._best_state = {k: v.detach().clone() if sharded else v.detach().to("cpu", copy=True)
-                                for k, v in self.model.state_dict().items()}
-        if self.out_dir is not None:
-            weights = self._full_weights()
-            if self.dist.is_main:
-                save_state_dict(weights, self.out_dir / "best" / "model.safetensors",
-                                {"step": self.pos.step, "monitor": self.monitor, "value": self.pos.best_value})
-
-    def _load_best(self) -> None:
-        """After resume: the in-memory copy of the best weights comes back from best/ if it matches."""
-        if self.early_stopping is None or not self.early_stopping.restore_best or self.out_dir is None:
-            return
-        path = self.out_dir / "best" / "model.safetensors"
-        if not path.is_file():
-            return
-        from safetensors import safe_open
-
-        with safe_open(str(path), "pt") as fh:
-            step = int((fh.metadata() or {}).get("step", -1))
-        if step == self.pos.best_step and not is_sharded(self.model):
-            from safetensors.torch import load_file
-
-            self._best_state = load_file(str(path))
-
-    def _finish(self) -> Path | None:
-        if self.early_stopping is not None and self.early_stopping.restore_best and self._best_state is not None:
-            self.model.load_state_dict(self._best_state)
-        if self.out_dir is None:
-            return None
-        found = ckpt.list_checkpoints(self.out_dir / "checkpoints")
-        last = int(found[-1].name[len(ckpt.PREFIX):]) if found else -1
-        if sum_across([float(last != self.pos.step)], self.dist, self.device)[0]:
-            self._save_checkpoint()  # so that resume=True on a finished run finds it finished
-        weights = self._full_weights()
-        if not self.dist.is_main:
-            return self.out_dir / "final" / "model.safetensors"
-        meta = dict(self.metadata)
-        meta.setdefault("versions", {"torchwise": _version(), "torch": str(torch.__version__)})
-        meta.setdefault("best", {"monitor": self.monitor, "value": None if math.isnan(self.pos.best_value)
-                                 else self.pos.best_value, "step": self.pos.best_step})
-        final = self.out_dir / "final"
-        path = save_state_dict(weights, final / "model.safetensors", {"torchwise": _version()})
-        with ckpt.atomic_write_path(final / "meta.json") as tmp:
-            tmp.write_text(json.dumps(meta, indent=2, default=str))
-        return path
-
 
 def _require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
     if not ok:
@@ -826,15 +671,4 @@ def _interleave(shards: list[torch.Tensor]) -> torch.Tensor:
     return out
 
 
-def _len_or_minus1(data: Any) -> int:
-    dataset = getattr(data, "dataset", data)
-    try:
-        return len(dataset)
-    except TypeError:
-        return -1
 
-
-def _version() -> str:
-    from torchwise import __version__
-
-    return __version__
