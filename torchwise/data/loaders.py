@@ -80,6 +80,8 @@ class ResumableBatchSampler(Sampler[list]):
             positions = positions_global[b * self.batch_size:min((b + 1) * self.batch_size, m)]
             if self.keyed:
                 yield [(derive_seed(self.seed, self.epoch, p), order[p]) for p in positions]
+            elif self.world_size == 1:  # positions are consecutive: one slice, no per-index Python work
+                yield order[positions[0]:positions[-1] + 1] if positions else []
             else:
                 yield [order[p] for p in positions]
 
