@@ -96,14 +96,15 @@ class StepRunner:
         return self.result(loss_value, bad, norm_value, sum(n for _, _, n in micro_batches),
                            measured=measure_norm or self.clip is not None)
 
-    def device_body(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], *, set_to_none: bool = True,
+    def device_body(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], *,
                     cache_casts: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward, backward, finiteness, clipping and update with no host sync, so that the host queues
         the whole step at once (and a CUDA graph can capture it). Returns device scalars: the mean loss,
         1.0 when the update was skipped, and the gradient norm before clipping."""
         model, opt = self.model, self.optimizer
         total = sum(n for _, _, n in micro_batches)
-        opt.zero_grad(set_to_none=set_to_none)  # a captured graph needs its gradients to stay where they are
+        # Inside a CUDA-graph capture the gradients are None here, so backward allocates them in the graph's pool
+        opt.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         for i, (inputs, target, n) in enumerate(micro_batches):
             with self._no_sync(i == len(micro_batches) - 1):
