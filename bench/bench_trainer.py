@@ -6,7 +6,7 @@ Times are the process' CPU time (one torch thread, no loader workers), so that o
 running on the machine do not distort the ratio; on an idle machine wall time gives the same.
 Lightning and Accelerate are timed too when they are installed.
 
-    python bench/bench_trainer.py [--epochs 3] [--repeats 5] [--hidden 256]
+    python bench/bench_trainer.py [--epochs 3] [--repeats 10] [--hidden 256]
 """
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps timings stable on a shared machine)")
     args = p.parse_args()
@@ -176,9 +176,13 @@ def run_workload(args: argparse.Namespace, kind: str, model_kind: str = "mlp") -
     times: dict[str, list[float]] = {name: [] for name in runners}
     for fn in runners.values():  # warm-up: first-call costs (allocator, imports) out of the timings
         fn(dataset, build, 1, args.batch_size)
-    for _ in range(args.repeats):  # interleaved, so drifts in machine load hit every runner alike
-        for name, fn in runners.items():
-            times[name].append(fn(dataset, build, args.epochs, args.batch_size))
+    names = list(runners)
+    for r in range(args.repeats):
+        # Interleaved, so that drifts in machine load hit every runner alike, and rotated, so that no
+        # runner always follows the same one (what the one before leaves in the allocator and the
+        # caches shifts a run by a few percent on this scale).
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(runners[name](dataset, build, args.epochs, args.batch_size))
     base = statistics.median(times["hand-written loop"])
     total = samples * args.epochs
     what = {"dataset": "a map-style Dataset (both fetch sample by sample: pure loop overhead)",
