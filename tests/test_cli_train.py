@@ -278,9 +278,10 @@ def test_profile_flag_writes_the_trace_and_prints_the_top_operators(image_folder
 
 def test_fast_parts_from_the_command_line(image_folder, tmp_path):
     proc = run_cli("train", "--data", image_folder, "--out", tmp_path / "run", "--max-steps", "2", "--batch-size", "8",
-                   "--set", "train.fast=channels_last,fused_optimizer", "--set", "output.report=false")
+                   "--fast", "channels_last,fused_optimizer,sync_free", "--set", "output.report=false")
     assert proc.returncode == 0, proc.stderr
     assert "channels_last on" in proc.stderr and "compile off (not asked)" in proc.stderr
+    assert "sync_free on" in proc.stderr and "cuda_graph off (not asked)" in proc.stderr
     bad = run_cli("train", "--data", image_folder, "--out", tmp_path / "bad", "--max-steps", "2",
                   "--set", "train.fast=chanels_last")
     assert bad.returncode == 2 and "did you mean: channels_last" in bad.stderr

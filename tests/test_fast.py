@@ -242,3 +242,16 @@ def test_sync_free_needs_a_fused_optimizer_and_says_so():
     assert "needs a fused optimizer" in trainer.fast_plan.why_off["sync_free"]
     trainer, _, _, _ = _trajectory(["sync_free"], lambda params: torch.optim.SGD(params, lr=0.1, fused=True))
     assert trainer._step_core.sync_free  # SGD's fused kernel reads found_inf too
+
+
+def test_a_factory_with_a_fused_keyword_lets_the_fast_plan_choose():
+    seen = {}
+
+    def factory(params, fused=False):
+        seen["fused"] = fused
+        return torch.optim.AdamW(params, lr=1e-3, fused=fused or None)
+
+    trainer, _ = losses(["fused_optimizer", "sync_free"], factory)
+    assert seen == {"fused": True} and "fused_optimizer" in trainer.fast_plan.on and trainer._step_core.sync_free
+    trainer, _ = losses("off", factory)
+    assert seen == {"fused": False} and trainer.optimizer.defaults["fused"] is None

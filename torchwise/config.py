@@ -95,7 +95,7 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16", "fp16"] = _opt("auto", "numeric precision")
     device: str = _opt(AUTO, "auto, cpu, cuda, cuda:1, mps, ...")
     fast: str = _opt("auto", "speed switches: auto, off, or parts joined by commas from channels_last, tf32, "
-                             "fused_optimizer, compile")
+                             "fused_optimizer, compile, prefetch, sync_free, cuda_graph")
     profile: int = _opt(0, "profile this many optimizer steps after a warm-up (0: off); trace in RUNDIR/profile/",
                         min=0)
     eval_every: int | None = _opt(None, "validate every N optimizer steps (default: at the end of each epoch)", min=1)
@@ -177,6 +177,7 @@ FLAG_KEYS: dict[str, str] = {
     "device": "train.device",
     "checkpoint_every": "train.checkpoint_every",
     "profile": "train.profile",
+    "fast": "train.fast",
     "resume": "train.resume",
     "out": "output.dir",
 }

@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--precision", metavar="P", help="auto (default), fp32, bf16 or fp16")
     train.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:1, mps")
     train.add_argument("--checkpoint-every", metavar="STEPS", help="default: every epoch")
+    train.add_argument("--fast", metavar="PARTS", help="speed switches: auto (default), off, or parts joined by "
+                                                       "commas (channels_last, tf32, fused_optimizer, compile, "
+                                                       "prefetch, sync_free, cuda_graph); each is reported at start")
     train.add_argument("--profile", metavar="STEPS", help="profile STEPS optimizer steps after a warm-up: a table "
                                                           "of the top operators and a trace for TensorBoard/Perfetto")
     train.add_argument("--resume", action="store_const", const=True,
@@ -97,12 +100,12 @@ def _progress_enabled(setting: Any) -> bool:
 def _optimizer_factory(train_cfg):
     import torch
 
-    def make(params):
+    def make(params, fused: bool = False):  # `fused`: the Trainer's fast plan decides (train.fast)
         trainable = [p for p in params if p.requires_grad]  # a frozen backbone is not optimized
         if train_cfg.optimizer == "sgd":
             return torch.optim.SGD(trainable, lr=train_cfg.lr, momentum=0.9, nesterov=True,
-                                   weight_decay=train_cfg.weight_decay)
-        return torch.optim.AdamW(trainable, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+                                   weight_decay=train_cfg.weight_decay, fused=fused or None)
+        return torch.optim.AdamW(trainable, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, fused=fused or None)
 
     return make
 

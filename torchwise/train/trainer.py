@@ -582,13 +582,15 @@ class Trainer:
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         arg = self._optimizer_arg
+        # sync-free steps and graphs skip non-finite updates through a fused optimizer's found_inf
+        fused = bool({"fused_optimizer", "sync_free", "cuda_graph"} & self.fast_plan.on)
         if arg is None:
-            # sync-free steps and graphs skip non-finite updates through a fused optimizer's found_inf
-            fused = bool({"fused_optimizer", "sync_free", "cuda_graph"} & self.fast_plan.on)
             opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused=fused)
         elif isinstance(arg, torch.optim.Optimizer):
             opt = arg
             self._optimizer_as_given()
+        elif callable(arg) and _takes_keyword(arg, "fused"):  # a factory that lets the fast plan choose
+            opt = arg(self.model.parameters(), fused=fused)
         elif callable(arg):
             opt = arg(self.model.parameters())
             self._optimizer_as_given()
@@ -648,6 +650,15 @@ def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     if output.shape != target.shape and output.numel() == target.numel():
         output = output.reshape(target.shape)
     return nn.functional.mse_loss(output, target.to(output.dtype))
+
+
+def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a readable signature
+        return False
 
 
 def _apply_batch_fn(fn: Callable[..., Any], x: Any, name: str, *args: Any) -> torch.Tensor:
