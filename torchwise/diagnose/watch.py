@@ -50,6 +50,7 @@ import contextlib
 import inspect
 import math
 import os
+import statistics
 import sys
 import sysconfig
 import time
@@ -70,13 +71,8 @@ def _quiet():
     return torch._C.DisableTorchFunction()
 
 
-_NULL_SCOPE = contextlib.nullcontext()
-NONFINITE_HUNT_STEPS = 50  # deep steps after the first nan/inf loss, looking for the module that makes it  # reusable: entering it twice is fine
-
-
-def _median_of(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+_NULL_SCOPE = contextlib.nullcontext()  # reusable: entering it twice is fine
+NONFINITE_HUNT_STEPS = 50  # deep steps after the first nan/inf loss, looking for the module that makes it
 
 
 class StopScript(BaseException):
@@ -519,7 +515,7 @@ class Watcher:
         plain, deep = self._step_times[False], self._step_times[True]
         if len(plain) < 3 or not deep:
             return False
-        p, d = _median_of(plain), _median_of(deep)
+        p, d = statistics.median_high(plain), statistics.median_high(deep)
         spent = self._deep_time - self._deep_count * p
         return spent + max(0.0, d - p) <= self.deep_budget * self._elapsed
 
@@ -1153,9 +1149,9 @@ class Watcher:
     def loss_values(self) -> list[float]:
         if not self.losses:
             return []
-        tensors = [v for v in self.losses if isinstance(v, torch.Tensor)]  # floats in driven mode
-        values = iter(torch.stack([v.reshape(()).float().cpu() for v in tensors]).tolist() if tensors else [])
-        return [float(next(values)) if isinstance(v, torch.Tensor) else float(v) for v in self.losses]
+        if self.driven:  # end_step() brought floats
+            return [float(v) for v in self.losses]
+        return [float(v) for v in torch.stack([v.reshape(()).float().cpu() for v in self.losses]).tolist()]
 
     def report(self) -> dict[str, Any]:
         found = self.findings()
