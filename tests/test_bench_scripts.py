@@ -10,10 +10,10 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-def run(script, *args, timeout=300):
+def run(script, *args, timeout=300, ok=(0,)):
     proc = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
                           timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode in ok, proc.stderr[-3000:]
     return proc.stdout
 
 
@@ -27,8 +27,9 @@ def test_bench_trainer_prints_the_trainer_against_the_hand_loop():
 
 
 def test_bench_check_overhead_runs():
-    out = run("bench_check_overhead.py", "--steps", "8", "--block", "2")
-    assert "%" in out
+    # exit status 1 means "over its 5% target", which 8 steps on a busy machine cannot judge
+    out = run("bench_check_overhead.py", "--steps", "8", "--block", "2", ok=(0, 1))
+    assert re.search(r"[+-]\d+\.\d+% per step", out), out
 
 
 def test_bench_image_cache_prints_the_speed_up_of_each_cache():

@@ -35,6 +35,11 @@ class NoisyDigits(Dataset):
 
 
 def main():
+    # One compute thread: with several, the BLAS may use fewer of them when the machine is busy, and
+    # a matrix product summed in another order differs in the last bits. The runs compared here are
+    # made at different moments (the reference, the killed run, the resumed one) under whatever load
+    # CI has; a run under varying thread counts is not bit-reproducible with or without a resume.
+    torch.set_num_threads(1)
     p = argparse.ArgumentParser()
     p.add_argument("out_dir")
     p.add_argument("mode", choices=["dataset", "loader", "loader-workers"])
