@@ -236,16 +236,19 @@ def test_same_seed_same_weights_other_seed_other_weights():
 
 
 def test_deterministic_mode_sets_what_others_forget():
-    try:
-        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        torchwise.Trainer(mlp(), sgd(), train_data=make_data(), max_steps=1, deterministic=True, progress=False).fit()
-        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-        assert torch.are_deterministic_algorithms_enabled()
-        assert not torch.backends.cudnn.benchmark
-    finally:
-        torch.use_deterministic_algorithms(False)
-    torchwise.Trainer(mlp(), sgd(), train_data=make_data(), max_steps=1, progress=False).fit()
-    assert torch.backends.cudnn.benchmark and not torch.are_deterministic_algorithms_enabled()
+    def during_fit(**kwargs):
+        seen = []
+        t = torchwise.Trainer(mlp(), sgd(), train_data=make_data(), max_steps=1, progress=False, **kwargs)
+        t.on("step_end", lambda **_: seen.append((os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                                                   torch.are_deterministic_algorithms_enabled(),
+                                                   torch.backends.cudnn.benchmark)))
+        t.fit()
+        return seen
+
+    os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    assert during_fit(deterministic=True) == [(":4096:8", True, False)]
+    assert during_fit() == [(None, False, True)]  # fast kernels by default (tests/test_process_switches.py:
+    # every switch is back as it was once fit() returns)
 
 
 def test_device_and_precision_choice():

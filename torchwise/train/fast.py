@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from torchwise.errors import ConfigError
+from torchwise.train.process_switches import cuda_matmul_tf32
 
 PARTS = ("channels_last", "tf32", "fused_optimizer", "compile", "prefetch", "sync_free", "cuda_graph")
 
@@ -53,6 +54,9 @@ def plan_fast(fast: str | Iterable[str], device: torch.device, model: nn.Module)
                                                                 "did you mean": close[0] if close else "-"},
                               fix="Use 'auto', 'off' or a list of the allowed parts.")
         plan = FastPlan(on=set(asked), why_off={p: "not asked" for p in PARTS if p not in asked})
+        if "tf32" in plan.on and cuda_matmul_tf32() is None:
+            plan.on.discard("tf32")
+            plan.why_off["tf32"] = _SCRIPT_TF32
         if "cuda_graph" in plan.on and device.type != "cuda":
             plan.on.discard("cuda_graph")
             plan.why_off["cuda_graph"] = f"needs a CUDA device (training on {device.type})"
@@ -67,10 +71,12 @@ def plan_fast(fast: str | Iterable[str], device: torch.device, model: nn.Module)
         plan.on.add("channels_last")
     else:
         plan.why_off["channels_last"] = "no convolution in the model" if cuda else "pays off on GPUs"
-    if cuda and torch.cuda.get_device_capability(device)[0] >= 8:
-        plan.on.add("tf32")
-    else:
+    if not (cuda and torch.cuda.get_device_capability(device)[0] >= 8):
         plan.why_off["tf32"] = "needs an Ampere or newer GPU"
+    elif cuda_matmul_tf32() is None:
+        plan.why_off["tf32"] = _SCRIPT_TF32
+    else:
+        plan.on.add("tf32")
     if cuda:
         plan.on.add("fused_optimizer")
     else:
@@ -89,8 +95,13 @@ def apply_to_model(plan: FastPlan, model: nn.Module) -> None:
     if "channels_last" in plan.on:
         model.to(memory_format=torch.channels_last)
     if "tf32" in plan.on:
+        # cuBLAS matmuls only (the older flag: set_float32_matmul_precision would also switch oneDNN's
+        # CPU matmuls). Convolutions already run in TF32 by default (cudnn.allow_tf32) unless the
+        # script turned that off, which is then respected. fit() puts the flag back on return.
         torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+
+
+_SCRIPT_TF32 = "left as your script set it (through the per-backend fp32_precision API)"
 
 
 def to_channels_last(inputs: tuple[Any, ...]) -> tuple[Any, ...]:

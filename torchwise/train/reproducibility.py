@@ -36,8 +36,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds all CUDA devices (lazily if CUDA is not initialised yet)
 
 
-def configure_determinism(deterministic: bool, cuda: bool = True) -> str:
-    """Switch between reproducible kernels and fast ones; returns a sentence for the run log."""
+def configure_determinism(deterministic: bool | None, cuda: bool = True) -> str:
+    """Switch between reproducible kernels and fast ones; returns a sentence for the run log.
+    None follows the process: a script that called torch.use_deterministic_algorithms(True)
+    keeps its deterministic kernels (fit() puts every switch back when it returns)."""
+    already = torch.are_deterministic_algorithms_enabled()
+    if deterministic is None and already:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+        return "deterministic algorithms on (your script turned them on)"
     if deterministic:
         # cuBLAS picks non-deterministic reduction orders unless its workspace is fixed; PyTorch
         # raises at the first matmul under use_deterministic_algorithms when this is missing.

@@ -31,6 +31,7 @@ from torchwise.train.fast import (FastPlan, apply_to_model, compile_model, devic
 from torchwise.train.precision import choose_device, choose_precision
 from torchwise.train.prefetch import Prefetcher, prefetch_allowed
 from torchwise.train.progress import Progress
+from torchwise.train.process_switches import ProcessSwitches
 from torchwise.train.reproducibility import configure_determinism, derive_seed, seed_everything
 from torchwise.train.run_files import RunFiles
 from torchwise.train.schedule import build_schedule
@@ -90,7 +91,7 @@ class Trainer:
         precision: str = "auto",
         device: str | torch.device = "auto",
         seed: int = 0,
-        deterministic: bool = False,
+        deterministic: bool | None = None,
         out_dir: str | Path | None = None,
         checkpoint_every: int | None = None,
         keep_last: int = 2,
@@ -136,6 +137,9 @@ class Trainer:
         _require(clip_grad_norm is None or (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0),
                  "clip_grad_norm must be None or a positive number.", {"clip_grad_norm": clip_grad_norm},
                  "A typical value is 1.0.")
+        _require(deterministic in (None, True, False), "deterministic must be None, True or False.",
+                 {"deterministic": deterministic},
+                 "True: reproducible kernels; False: fast ones; None (default): as this process already has it.")
         _require(mode in ("min", "max"), "mode must be 'min' or 'max'.", {"mode": mode},
                  "'min' for losses, 'max' for accuracies.")
         _require(loss is None or callable(loss), "loss must be callable(output, target) -> tensor.",
@@ -216,6 +220,14 @@ class Trainer:
         self._stop_requested = True
 
     def fit(self) -> FitResult:
+        """Train; the process-wide torch switches the run turns are put back when it returns or raises."""
+        switches = ProcessSwitches.capture()
+        try:
+            return self._fit()
+        finally:
+            switches.restore()
+
+    def _fit(self) -> FitResult:
         resumed_from = self._setup()
         pos = self.pos
         progress = Progress(self.progress_mode if self.dist.is_main else False, self._total_steps)
