@@ -259,6 +259,62 @@ counts = torch.bincount(y_train, minlength=num_classes).float()
 criterion = nn.CrossEntropyLoss(weight=counts.sum() / (len(counts) * counts))
 # or sample balanced batches: WeightedRandomSampler(weights=1.0 / counts[y_train], num_samples=len(y_train))
 """),
+    _e("scheduler-stepped-per-batch", "error", "An epoch-based LR scheduler is stepped after every batch",
+       "StepLR, MultiStepLR, ExponentialLR and CosineAnnealingLR count epochs: step_size, milestones and "
+       "T_max are in epochs. Stepped per batch, the schedule runs hundreds of times too fast: the learning "
+       "rate collapses (or the cosine cycles) within the first epoch and training stalls.",
+       """
+for epoch in range(epochs):
+    for x, y in train_loader:
+        ...
+        optimizer.step()
+    scheduler.step()               # once per epoch, after the epoch's optimizer steps
+# per-batch schedules are OneCycleLR / LinearLR with total_steps = epochs * len(train_loader)
+"""),
+    _e("plateau-on-train-loss", "warning", "ReduceLROnPlateau is fed a training metric",
+       "ReduceLROnPlateau lowers the LR when its metric stops improving; the training loss keeps "
+       "improving while the model overfits, and per-batch losses are noise, so the LR drops at the "
+       "wrong times or never.",
+       """
+val_loss = evaluate(model, val_loader)   # under model.eval() and torch.no_grad()
+scheduler.step(val_loss)                 # once per epoch, with the validation metric
+"""),
+    _e("clip-scaled-gradients", "error", "Gradients are clipped while still multiplied by the AMP loss scale",
+       "GradScaler multiplies the loss (and so every gradient) by a scale of about 65536; clipping "
+       "before scaler.unscale_(optimizer) compares that inflated norm with your max_norm, so every step "
+       "is clipped to a tiny fraction of its real size.",
+       """
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)                                   # true gradients first
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+scaler.step(optimizer)
+scaler.update()
+"""),
+    _e("scaler-update-missing", "error", "GradScaler.update() is not called after scaler.step()",
+       "update() adjusts the loss scale: without it an overflow lowers nothing, so once gradients "
+       "overflow every following step is skipped, silently, for the rest of the run.",
+       """
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+scaler.update()                    # every iteration, right after scaler.step()
+"""),
+    _e("clip-has-no-effect", "error", "Gradient clipping runs where it cannot change the update",
+       "clip_grad_norm_ only changes the gradients that the next optimizer.step() uses: called after "
+       "step() (or after zero_grad()) it clips gradients that are already used or gone.",
+       """
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)   # after backward ...
+optimizer.step()                                                   # ... before step
+"""),
+    _e("ddp-no-distributed-sampler", "error", "Distributed training without a DistributedSampler",
+       "Every process iterates the whole data set in the same order, so the N GPUs compute the same "
+       "batches: N times the cost for the speed of one, and each epoch is really N epochs.",
+       """
+sampler = DistributedSampler(train_ds, shuffle=True)        # each rank gets its own 1/N share
+loader = DataLoader(train_ds, batch_size=64, sampler=sampler)   # no shuffle=True with a sampler
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)
+"""),
     _e("cannot-overfit-batch", "warning", "The model cannot fit a single small batch",
        "A working model/loss pair drives the loss on one small batch close to zero in a few hundred "
        "steps; if it cannot, a long run will not help: look at the model, the loss and the labels first.",
@@ -306,6 +362,16 @@ DETECTED_BY: dict[str, str] = {
     "pin-memory-misuse": "pin_memory=True on a loader while every model parameter is on the CPU",
     "bn-small-batch": "batch size seen by BatchNorm layers in training",
     "label-imbalance": "class counts of the loss targets, with no class weights in the loss",
+    "scheduler-stepped-per-batch": "StepLR/MultiStepLR/ExponentialLR/CosineAnnealingLR.step() called several times in "
+                                   "one pass over the training loader, with step_size/milestones/T_max shorter than it",
+    "plateau-on-train-loss": "ReduceLROnPlateau.step(metric) with no evaluation pass since its previous call",
+    "clip-scaled-gradients": "clip_grad_norm_/clip_grad_value_ on gradients of a GradScaler-scaled backward before "
+                             "scaler.unscale_() of their optimizer",
+    "scaler-update-missing": "GradScaler.step() called repeatedly with no update() in between",
+    "clip-has-no-effect": "clip_grad_norm_/clip_grad_value_ after optimizer.step() (before the next backward), or on "
+                          "parameters whose .grad is None",
+    "ddp-no-distributed-sampler": "a training loader without a DistributedSampler iterated while a process group "
+                                  "of 2+ ranks is up",
     "cannot-overfit-batch": "a copy of the model trained on the first batch only (--overfit)",
 }
 
