@@ -87,3 +87,52 @@ def test_list_and_command_forms_in_process(capsys, tmp_path):
     assert _split_command(["--", "python3", "-u", str(script), "--lr", "1"]) == (str(script), ["--lr", "1"], False)
     assert _split_command([str(script), "a"]) == (str(script), ["a"], False)
     assert _split_command(["python", "-m", "pkg.train", "--x"]) == ("pkg.train", ["--x"], True)
+
+
+_CRASH_AFTER_STEPS = """\
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+for step in range(STEPS):
+    ZERO_GRAD
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+model(torch.randn(4, 5))   # crashes: the model wants 8 features
+"""
+
+
+def test_failed_script_summary_says_it_failed_not_that_it_ran_to_the_end(tmp_path):
+    clean = tmp_path / "clean_then_crash.py"
+    clean.write_text(_CRASH_AFTER_STEPS.replace("STEPS", "3").replace("ZERO_GRAD", "opt.zero_grad()"))
+    proc = check("--", "python", str(clean))
+    assert proc.returncode == 2, proc.stderr
+    summary = proc.stderr.split("nn.LazyLinear")[-1]   # what comes after the translation
+    assert "failed after 3 optimizer steps" in summary and "only what ran before the failure" in summary
+    assert "ran to the end" not in proc.stderr
+    assert "no silent mistakes found in the 3 optimizer steps before the failure" in summary
+    assert "no silent mistakes found." not in proc.stderr
+
+    # findings made before the crash are still shown, scoped to the steps that ran
+    buggy = tmp_path / "buggy_then_crash.py"
+    buggy.write_text(_CRASH_AFTER_STEPS.replace("STEPS", "5").replace("ZERO_GRAD", "pass"))
+    report = tmp_path / "r.json"
+    proc = check("--report", str(report), "--", "python", str(buggy))
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr
+    assert "failed after 5 optimizer steps" in err and "ran to the end" not in err
+    assert "missing-zero-grad" in err and "1 finding(s) in the 5 optimizer steps before the failure" in err
+    data = json.loads(report.read_text())
+    assert data["script_failed"] is True and data["steps"] == 5
+
+
+def test_script_exiting_with_nonzero_status_is_reported_as_failed(tmp_path):
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nprint('bad data')\nsys.exit(3)\n")
+    proc = check(str(script))
+    assert proc.returncode == 2
+    assert "failed after 0 optimizer steps" in proc.stderr and "ran to the end" not in proc.stderr
+    assert "no silent mistakes found." not in proc.stderr

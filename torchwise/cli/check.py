@@ -74,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
         if result.translation:
             print(result.translation, file=out)
         print("", file=out)
-    how = (f"stopped after {result.steps} optimizer steps (--max-steps {args.max_steps}; --max-steps 0 runs to the end)"
-           if result.stopped_early else f"ran to the end: {result.steps} optimizer steps")
+    if result.failed:
+        how = (f"failed after {result.steps} optimizer steps; any findings cover only what ran before the failure, "
+               "the rest of the script was not checked")
+    elif result.stopped_early:
+        how = f"stopped after {result.steps} optimizer steps (--max-steps {args.max_steps}; --max-steps 0 runs to the end)"
+    else:
+        how = f"ran to the end: {result.steps} optimizer steps"
     print(f"torchwise check: {script} {how}.", file=out)
     if result.overfit is not None:
         o = result.overfit
@@ -90,8 +95,12 @@ def run(args: argparse.Namespace) -> int:
             print(f.render(), file=out)
             print("", file=out)
         errors = sum(f.severity == "error" for f in result.findings)
-        print(f"torchwise check: {len(result.findings)} finding(s): {errors} error(s), "
+        scope = f" in the {result.steps} optimizer steps before the failure" if result.failed else ""
+        print(f"torchwise check: {len(result.findings)} finding(s){scope}: {errors} error(s), "
               f"{len(result.findings) - errors} warning(s).", file=out)
+    elif result.failed:
+        print(f"torchwise check: no silent mistakes found in the {result.steps} optimizer steps before the failure "
+              "(the rest of the script was not checked).", file=out)
     else:
         print("torchwise check: no silent mistakes found.", file=out)
     if args.report:
