@@ -290,14 +290,6 @@ torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
 scaler.step(optimizer)
 scaler.update()
 """),
-    _e("scaler-update-missing", "error", "GradScaler.update() is not called after scaler.step()",
-       "update() adjusts the loss scale: without it an overflow lowers nothing, so once gradients "
-       "overflow every following step is skipped, silently, for the rest of the run.",
-       """
-scaler.scale(loss).backward()
-scaler.step(optimizer)
-scaler.update()                    # every iteration, right after scaler.step()
-"""),
     _e("clip-has-no-effect", "error", "Gradient clipping runs where it cannot change the update",
        "clip_grad_norm_ only changes the gradients that the next optimizer.step() uses: called after "
        "step() (or after zero_grad()) it clips gradients that are already used or gone.",
@@ -367,7 +359,6 @@ DETECTED_BY: dict[str, str] = {
     "plateau-on-train-loss": "ReduceLROnPlateau.step(metric) with no evaluation pass since its previous call",
     "clip-scaled-gradients": "clip_grad_norm_/clip_grad_value_ on gradients of a GradScaler-scaled backward before "
                              "scaler.unscale_() of their optimizer",
-    "scaler-update-missing": "GradScaler.step() called repeatedly with no update() in between",
     "clip-has-no-effect": "clip_grad_norm_/clip_grad_value_ after optimizer.step() (before the next backward), or on "
                           "parameters whose .grad is None",
     "ddp-no-distributed-sampler": "a training loader without a DistributedSampler iterated while a process group "

@@ -368,6 +368,8 @@ class Watcher:
         self.val_aug_checked: set[int] = set()
         self.val_aug_candidates: list[dict] = []
         self.overfit_capture: dict | None = None
+        self.eval_forwards = 0  # forwards under no_grad or in the eval phase (ReduceLROnPlateau's evidence)
+        self.calls: Any = None  # probes.CallProbes in global mode: schedulers, clipping, GradScaler, DDP
         self.capture_overfit = False
         self._findings: list[Finding] | None = None
 
@@ -400,6 +402,9 @@ class Watcher:
             self._handles.append(register_optimizer_step_post_hook(self._on_step_post))
             self._patch_backward()
             self._patch_dataloader()
+            from torchwise.diagnose.probes import CallProbes
+            self.calls = CallProbes(self)
+            self.calls.install()
             self._mode = _Mode(self)
             self._mode.__enter__()
         self._set_deep(True)
@@ -728,6 +733,7 @@ class Watcher:
         evaluating = (not grad) or self._phase == "eval"
         if evaluating:
             self.eval_seen = True
+            self.eval_forwards += 1
             self._eval_since_epoch = True
             if training and info.has_mode_layers:
                 self._hit("eval-mode-missing", info={"model": info.label}, where_skip=2)

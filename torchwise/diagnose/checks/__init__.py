@@ -4,6 +4,7 @@
     optim.py   optimizer steps: zero_grad, learning rate, exploding/vanishing gradients
     model.py   modes, registration, gradient flow, dead ReLU, NaNs, the loss curve, retained graphs
     data.py    loaders and batches: validation augmentation, overlap, shuffling, samplers, speed, BatchNorm
+    calls.py   library calls (diagnose/probes.py): LR schedulers, gradient clipping, GradScaler, DDP sampling
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ _ORDER = list(CATALOG)
 
 
 def decide_all(w) -> list[Finding]:
-    from torchwise.diagnose.checks import data, losses, model, optim
+    from torchwise.diagnose.checks import calls, data, losses, model, optim
 
     ls = optim.loss_summary(w)
     found: list[Finding] = []
@@ -21,6 +22,7 @@ def decide_all(w) -> list[Finding]:
     found += optim.decide(w, ls)
     found += model.decide(w, ls)
     found += data.decide(w)
+    found += calls.decide(w)
     found += getattr(w, "extra_findings", [])
     found = _drop_consequences(found)
     seen, unique = set(), []

@@ -1,0 +1,58 @@
+"""Schedulers, clipping, the AMP scaler and DDP sampling: decisions on diagnose/probes.py's evidence."""
+from __future__ import annotations
+
+from torchwise.diagnose.catalog import Finding
+
+
+def decide(w) -> list[Finding]:
+    probes = w.calls
+    if probes is None:  # driven by the Trainer, which steps, clips and samples these itself
+        return []
+    found: list[Finding] = []
+    for rec in probes.schedulers.values():
+        f = _per_batch_scheduler(rec)
+        if f is not None:
+            found.append(f)
+    for rec in probes.plateaus.values():
+        # every call came with no evaluation since the one before: the metric cannot be a validation one
+        if rec.calls >= 2 and rec.without_eval == rec.calls:
+            found.append(Finding("plateau-on-train-loss",
+                                 f"ReduceLROnPlateau.step(metric) was called {rec.calls} times with no validation "
+                                 "forward pass before any of them, so its metric comes from training.",
+                                 where=rec.where, evidence={"calls": rec.calls, "calls without evaluation": rec.calls}))
+    if probes.clip_scaled is not None:
+        c = probes.clip_scaled
+        found.append(Finding("clip-scaled-gradients",
+                             f"{c['call']} ran on gradients still multiplied by the GradScaler's scale "
+                             f"({c['scale']:.0f}); scaler.unscale_(optimizer) was not called first.",
+                             where=c["where"], evidence={"loss scale": c["scale"]}))
+    if probes.clip_useless is not None:
+        c = probes.clip_useless
+        found.append(Finding("clip-has-no-effect", f"{c['call']} ran {c['reason']}: it changes no update "
+                             f"(first seen at optimizer step {w.steps if w.steps else 0}).",
+                             where=c["where"], evidence={"call": c["call"]}))
+    if probes.ddp_unsharded is not None:
+        d = probes.ddp_unsharded
+        found.append(Finding("ddp-no-distributed-sampler",
+                             f"Rank {d['rank']} of {d['world_size']} iterates all {d['samples per rank']} samples "
+                             f"with a {d['sampler']}: every rank trains on the whole data set.",
+                             where=d["where"], evidence={k: v for k, v in d.items() if k != "where"}))
+    return found
+
+
+def _per_batch_scheduler(rec) -> Finding | None:
+    busiest = max(rec.per_pass, key=rec.per_pass.get, default=None)
+    if busiest is None or rec.per_pass[busiest] < 3:
+        return None  # once per epoch (or twice in a short one) is what these schedulers expect
+    batches = rec.pass_len.get(busiest, 0)
+    collapsed = rec.lr_first and rec.lr_last is not None and rec.lr_last < rec.lr_first / 100
+    if not collapsed and (rec.horizon is None or rec.horizon >= batches):
+        return None  # a horizon counted in batches on purpose (step_size=10_000, say)
+    horizon = "-" if rec.horizon is None else f"{rec.horizon:g}"
+    return Finding("scheduler-stepped-per-batch",
+                   f"{rec.kind}.step() ran {rec.per_pass[busiest]} times inside one pass over a {batches}-batch "
+                   f"training loader; its schedule spans {horizon} steps, meant as epochs. LR went from "
+                   f"{rec.lr_first:.3g} to {rec.lr_last:.3g}.",
+                   where=rec.where, evidence={"scheduler": rec.kind, "steps in one epoch": rec.per_pass[busiest],
+                                              "batches per epoch": batches, "schedule length": horizon,
+                                              "lr first": rec.lr_first, "lr last": rec.lr_last})
