@@ -65,3 +65,34 @@ def test_backward_without_graph_and_second_backward_and_bn_batch_of_one():
 
 def test_unknown_error_is_not_translated():
     assert translate(ValueError("something else")) is None
+
+
+def test_inplace_modification_shows_the_tensor_and_the_fix():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            out = torch.sigmoid(self.fc(x))   # sigmoid's backward needs its output ...
+            out += x                          # ... which this changes in place
+            return out
+
+    text = translate(error_of(lambda: Block()(torch.randn(2, 4)).sum().backward()))
+    assert "changed in place" in text
+    assert "shape [2, 4]" in text and "Sigmoid" in text and "version 0 -> 1" in text
+    assert "x = x + residual" in text and "set_detect_anomaly(True)" in text
+
+
+def test_cross_entropy_target_of_shape_n_by_1():
+    logits, y = torch.randn(4, 10), torch.tensor([[1], [2], [0], [3]])
+    text = translate(error_of(lambda: nn.CrossEntropyLoss()(logits, y)))
+    assert "2-D target" in text and "logits (4, 10), targets (4, 1)" in text
+    assert "y.squeeze(1).long()" in text
+
+
+def test_conv_input_channel_mismatch():
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU())
+    text = translate(error_of(lambda: model(torch.randn(8, 1, 32, 32))))   # grayscale into an RGB conv
+    assert "expects 3 input channels but the input [8, 1, 32, 32] has 1" in text
+    assert "nn.Conv2d(1, 16, kernel_size=...)" in text and "Grayscale(3)" in text

@@ -42,6 +42,25 @@ def _frames_self(exc: BaseException, cls_name: str):
     return found
 
 
+def _frame_local(exc: BaseException, name: str, funcs: tuple[str, ...] = (), *, want=None):
+    """The innermost value of local `name` in the traceback's frames (only frames of `funcs` if given)."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if not funcs or frame.f_code.co_name in funcs:
+            value = frame.f_locals.get(name)
+            if value is not None and (want is None or want(value)):
+                found = value
+        tb = tb.tb_next
+    return found
+
+
+def _shape(t: Any) -> str:
+    shape = getattr(t, "shape", None)
+    return "(" + ", ".join(str(d) for d in shape) + ")" if shape is not None else "?"
+
+
 @_rule(r"Expected all tensors to be on the same device.*?(\w+:?\d*) and (\w+:?\d*)")
 def _device(m, exc, w):
     return (f"one operation got tensors on two devices ({m.group(1)} and {m.group(2)}). The model and every "
@@ -73,9 +92,18 @@ nn.Linear({got}, {out})                       # in_features = {got}
 
 @_rule(r"Given groups=\d+, weight of size \[(\d+), (\d+),.*?expected input\[([\d, ]+)\] to have (\d+) channels, but got (\d+) channels")
 def _conv_channels(m, exc, w):
-    return (f"a convolution expects {m.group(4)} input channels but the input {m.group(3).strip()} has {m.group(5)}.",
+    expected, got = int(m.group(4)), int(m.group(5))
+    kind, name = "Conv2d", ""
+    for cls in ("Conv1d", "Conv2d", "Conv3d"):
+        layers = [c for c in _frames_self(exc, cls) if getattr(c, "in_channels", None) == expected]
+        if layers:
+            kind = cls
+            if w is not None:
+                name = f" ({w.module_name(layers[-1])})"
+    return (f"a convolution{name} expects {expected} input channels but the input [{m.group(3).strip()}] has {got} "
+            "(the channel dimension is dim 1: N, C, ...).",
             f"""
-nn.Conv2d({m.group(5)}, {m.group(1)}, kernel_size=...)   # in_channels = channels of the input
+nn.{kind}({got}, {m.group(1)}, kernel_size=...)   # in_channels = channels of the input
 # or convert the images: x = x.expand(-1, 3, -1, -1) (grayscale -> 3 channels), T.Grayscale(3)
 """)
 
@@ -184,16 +212,35 @@ loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)
 
 @_rule(r"0D or 1D target tensor expected|multi-target not supported")
 def _target_shape(m, exc, w):
-    return ("cross_entropy got targets of shape (N, 1); it needs class indices of shape (N,).",
-            """
-loss = F.cross_entropy(logits, y.squeeze(1).long())
+    funcs = ("cross_entropy", "nll_loss")
+    logits, target = _frame_local(exc, "input", funcs), _frame_local(exc, "target", funcs)
+    values = f" (logits {_shape(logits)}, targets {_shape(target)})" if target is not None else ""
+    what = (f"cross_entropy/nll_loss got a 2-D target{values}; it needs class indices of shape (N,), one integer "
+            "per sample (or class probabilities of exactly the logits' shape).")
+    if getattr(target, "ndim", 0) == 2 and target.shape[1] > 1:
+        return (what, """
+loss = F.cross_entropy(logits, y.argmax(1))  # one-hot targets -> class indices
+""")
+    return (what, """
+loss = F.cross_entropy(logits, y.squeeze(1).long())   # (N, 1) -> (N,)
+# or build the labels 1-D from the start: torch.tensor(labels) rather than torch.tensor([[l] for l in labels])
 """)
 
 
-@_rule(r"modified by an inplace operation")
+@_rule(r"modified by an inplace operation(?:: \[([\w.]+) \[([\d, ]*)\]\](?:, which is output (\d+) of (\w+),)? "
+       r"is at version (\d+); expected version (\d+))?")
 def _inplace(m, exc, w):
-    return ("a tensor needed by backward() was changed in place (x += ..., x[...] = ..., relu_(), inplace=True).",
+    tensor = ""
+    if m.group(1):
+        made_by = f", made by {m.group(4)}," if m.group(4) else ""
+        tensor = (f" The tensor: {m.group(1)} of shape [{m.group(2)}]{made_by} was changed in place "
+                  f"{int(m.group(5)) - int(m.group(6))} time(s) after it was saved (version {m.group(6)} -> "
+                  f"{m.group(5)}).")
+    return ("a tensor needed by backward() was changed in place (x += ..., x[...] = ..., relu_(), "
+            f"inplace=True) between the forward pass and backward().{tensor}",
             """
 x = x + residual                             # instead of x += residual
 nn.ReLU()                                    # instead of nn.ReLU(inplace=True) where the input is reused
+x = x.clone(); x[mask] = 0                   # clone before writing into a tensor autograd saved
+torch.autograd.set_detect_anomaly(True)      # (debug only) the error then names the forward line at fault
 """)
