@@ -96,3 +96,142 @@ def test_conv_input_channel_mismatch():
     text = translate(error_of(lambda: model(torch.randn(8, 1, 32, 32))))   # grayscale into an RGB conv
     assert "expects 3 input channels but the input [8, 1, 32, 32] has 1" in text
     assert "nn.Conv2d(1, 16, kernel_size=...)" in text and "Grayscale(3)" in text
+
+
+def test_cuda_checkpoint_loaded_on_a_cpu_only_machine(tmp_path):
+    import zipfile
+
+    assert not torch.cuda.is_available()   # the error only exists on a machine without a GPU
+    cpu_file, gpu_file = tmp_path / "cpu.pt", tmp_path / "gpu.pt"
+    torch.save(nn.Linear(3, 2).state_dict(), cpu_file)
+    # what a GPU machine writes: the same archive with the storages' location tag 'cuda:0' instead of 'cpu'
+    # (pickle protocol 2 BINUNICODE strings: opcode X, 4-byte length, the text)
+    with zipfile.ZipFile(cpu_file) as zin, zipfile.ZipFile(gpu_file, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("/data.pkl"):
+                assert b"X\x03\x00\x00\x00cpu" in data   # written once, then referenced through the memo
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
+            zout.writestr(info, data)
+    exc = error_of(lambda: torch.load(gpu_file))
+    assert "Attempting to deserialize object on a CUDA device" in str(exc)
+    text = translate(exc)
+    assert "saved on cuda:0" in text and "gpu.pt" in text and "is_available() is False" in text
+    assert 'torch.load(path, map_location="cpu")' in text
+    assert torch.load(gpu_file, map_location="cpu")["weight"].shape == (2, 3)   # the fix works
+
+
+def test_module_without_super_init():
+    class Net(nn.Module):
+        def __init__(self):
+            self.fc = nn.Linear(4, 2)   # forgot super().__init__()
+
+    text = translate(error_of(Net))
+    assert "Net.__init__ sets a layer on self (assigning self.fc) before nn.Module.__init__()" in text
+    assert "super().__init__()" in text and "class Net(nn.Module):" in text
+
+
+def test_collate_of_pil_images_and_of_none():
+    from PIL import Image
+    from torch.utils.data import DataLoader
+
+    images = [(Image.new("RGB", (8, 8)), 0), (Image.new("RGB", (8, 8)), 1)]
+    text = translate(error_of(lambda: next(iter(DataLoader(images, batch_size=2)))))
+    assert "__getitem__ returned a PIL.Image.Image" in text and "PILToTensor()" in text
+
+    for samples in ([None, (torch.zeros(2), 0)], [(torch.zeros(2), None), (torch.zeros(2), 0)],
+                    [(torch.zeros(2), 0), None]):   # the last: "object of type 'NoneType' has no len()"
+        text = translate(error_of(lambda: next(iter(DataLoader(samples, batch_size=2)))))
+        assert "__getitem__ returned None" in text and "s is not None" in text, samples
+    assert translate(error_of(lambda: len(None))) is None   # the same TypeError outside a DataLoader
+
+
+def test_collate_of_samples_with_different_sizes_also_from_a_worker():
+    from torch.utils.data import DataLoader
+
+    samples = [(torch.zeros(3, 32, 32), 0), (torch.zeros(3, 28, 28), 1)]
+    text = translate(error_of(lambda: next(iter(DataLoader(samples, batch_size=2)))))
+    assert "[3, 32, 32] (sample 0 of the batch) and [3, 28, 28] (sample 1)" in text
+    assert "T.Resize((224, 224))" in text and "collate_fn=collate" in text
+    # in a worker the same mistake reads "Caught RuntimeError in DataLoader worker process 0 ... Trying to resize
+    # storage that is not resizable" (the batch is stacked into shared memory sized from the first sample)
+    exc = error_of(lambda: next(iter(DataLoader(samples, batch_size=2, num_workers=1))))
+    assert "Trying to resize storage that is not resizable" in str(exc)
+    text = translate(exc)
+    assert "tensors of different shapes" in text and "T.Resize((224, 224))" in text and "num_workers=0" in text
+    text = translate(error_of(lambda: torch.stack([torch.zeros(2), torch.zeros(3)])))   # not from a DataLoader
+    assert "torch.stack got tensors of different shapes: [2] (entry 0) and [3] (entry 1)" in text
+
+
+def test_spawn_workers_without_main_guard():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "programs" / "crash_spawn_no_main_guard.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1
+    # the worker (the script re-imported as __mp_main__) gets the bootstrapping error ...
+    child = proc.stdout.split("[__mp_main__] ", 1)[1].split("[__main__] ")[0]
+    assert child.startswith("RuntimeError: An attempt has been made to start a new process before the")
+    line = script.read_text().splitlines().index("    for (x,) in loader:") + 1   # where the workers start
+    assert f"{script}, line {line}" in child and 'if __name__ == "__main__":' in child and "main()" in child
+    # ... and the script itself gets "DataLoader worker exited unexpectedly"
+    parent = proc.stdout.split("[__main__] ", 1)[1]
+    assert parent.startswith("RuntimeError: DataLoader worker (pid(s) ")
+    assert "exit code 1; start method spawn, 1 worker(s)" in parent and 'if __name__ == "__main__":' in parent
+
+
+class _WorkerKillsItself(torch.utils.data.Dataset):
+    def __init__(self, signum):
+        self.signum = signum
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        import os
+        os.kill(os.getpid(), self.signum)
+
+
+def test_dataloader_worker_killed_by_the_oom_killer_or_a_bus_error():
+    import multiprocessing
+    import signal
+
+    from torch.utils.data import DataLoader
+
+    method = multiprocessing.get_start_method()
+    exc = error_of(lambda: list(DataLoader(_WorkerKillsItself(signal.SIGKILL), batch_size=2, num_workers=1)))
+    assert "exited unexpectedly" in str(exc) and "killed by signal: Killed" in str(exc.__cause__)
+    text = translate(exc)
+    assert f"killed by signal Killed; start method {method}, 1 worker(s)" in text
+    assert "out-of-memory killer" in text and "num_workers=2" in text
+    exc = error_of(lambda: list(DataLoader(_WorkerKillsItself(signal.SIGBUS), batch_size=2, num_workers=1)))
+    text = translate(exc)
+    assert "killed by signal Bus error" in text and "/dev/shm" in text and "--shm-size" in text
+
+
+def test_master_port_already_in_use(monkeypatch):
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as taken:   # another run holds the port
+        taken.bind(("", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        exc = error_of(lambda: dist.init_process_group("gloo", rank=0, world_size=1))
+    assert not dist.is_initialized()
+    text = translate(exc)
+    assert f"could not listen on port {port} (MASTER_PORT={port})" in text
+    assert f"--master-port={port + 1}" in text and "--standalone" in text and "localhost:0" in text
+    with socket.socket() as taken, socket.socket() as other:   # the same errno outside torch.distributed
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        exc = error_of(lambda: other.bind(taken.getsockname()))
+    text = translate(exc)
+    assert "another process already uses it" in text and "MASTER_PORT" not in text

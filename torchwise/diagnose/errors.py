@@ -4,10 +4,11 @@
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Callable
 
-_RULES: list[tuple[re.Pattern, Callable[[re.Match, BaseException, Any], tuple[str, str]]]] = []
+_RULES: list[tuple[re.Pattern, Callable[[re.Match, BaseException, Any], tuple[str, str] | None]]] = []
 
 
 def _rule(pattern: str):
@@ -23,7 +24,10 @@ def translate(exc: BaseException, watcher: Any = None) -> str | None:
     for pattern, fn in _RULES:
         m = pattern.search(text)
         if m:
-            what, fix = fn(m, exc, watcher)
+            found = fn(m, exc, watcher)
+            if found is None:  # the rule looked closer and it is not its case
+                continue
+            what, fix = found
             lines = ["torchwise: what happened: " + what, "  fix:"]
             lines += ["      " + line for line in fix.strip("\n").splitlines()]
             return "\n".join(lines)
@@ -54,6 +58,17 @@ def _frame_local(exc: BaseException, name: str, funcs: tuple[str, ...] = (), *, 
                 found = value
         tb = tb.tb_next
     return found
+
+
+def _in_module(exc: BaseException, prefix: str) -> bool:
+    """Whether a frame of the traceback runs code of the module `prefix` (or one under it)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__") or ""
+        if name == prefix or name.startswith(prefix + "."):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _shape(t: Any) -> str:
@@ -243,4 +258,222 @@ x = x + residual                             # instead of x += residual
 nn.ReLU()                                    # instead of nn.ReLU(inplace=True) where the input is reused
 x = x.clone(); x[mask] = 0                   # clone before writing into a tensor autograd saved
 torch.autograd.set_detect_anomaly(True)      # (debug only) the error then names the forward line at fault
+""")
+
+
+def _loaded_path(exc: BaseException) -> str:
+    f = _frame_local(exc, "f", ("load",))
+    if isinstance(f, (str, bytes)) or hasattr(f, "__fspath__"):
+        return f" from {str(f)!r}"
+    name = getattr(f, "name", None)
+    return f" from {name!r}" if isinstance(name, str) else ""
+
+
+@_rule(r"Attempting to deserialize object on (?:a CUDA device|CUDA device (\d+)) but torch\.cuda\.(is_available\(\) is False|device_count\(\) is (\d+))")
+def _cuda_checkpoint(m, exc, w):
+    location = _frame_local(exc, "location", want=lambda v: isinstance(v, str)) or (
+        f"cuda:{m.group(1)}" if m.group(1) else "cuda")
+    path = _loaded_path(exc)
+    if m.group(3) is None:
+        return (f"torch.load{path} found tensors saved on {location}, and this machine has no usable GPU "
+                "(torch.cuda.is_available() is False): the checkpoint was saved on a GPU machine.",
+                """
+state = torch.load(path, map_location="cpu")          # put every tensor on the CPU while loading
+state = torch.load(path, map_location=device)         # or straight onto the device you train on
+# and save portable checkpoints next time: torch.save({k: v.cpu() for k, v in model.state_dict().items()}, path)
+""")
+    return (f"torch.load{path} found tensors saved on {location}, but this machine has only {m.group(3)} GPU(s).",
+            """
+state = torch.load(path, map_location="cuda:0")       # or map_location="cpu", or map_location=device
+""")
+
+
+@_rule(r"cannot assign (module|parameters|buffer)s? before Module\.__init__\(\) call")
+def _module_init(m, exc, w):
+    obj = _frame_local(exc, "self", ("__setattr__",))
+    attr = _frame_local(exc, "name", ("__setattr__",), want=lambda v: isinstance(v, str))
+    cls = type(obj).__name__ if obj is not None else "MyModel"
+    where = f" (assigning self.{attr})" if attr else ""
+    what = {"module": "a layer", "parameters": "a Parameter", "buffer": "a buffer"}.get(m.group(1), "a layer")
+    return (f"{cls}.__init__ sets {what} on self{where} before nn.Module.__init__() has run: it does not call "
+            "super().__init__(), or calls it too late, so the module has no registry for its layers yet.",
+            f"""
+class {cls}(nn.Module):
+    def __init__(self, ...):
+        super().__init__()                   # first line of __init__, before any self.x = ...
+        self.{attr or "fc"} = ...
+""")
+
+
+def _collate_none():
+    return ("the DataLoader could not batch the samples: __getitem__ returned None (for a sample, or a field of "
+            "one), which the default collate_fn cannot batch. A sample that fails to load and returns None does this.",
+            """
+# in __getitem__: raise (or fix) the failing sample instead of returning None, or drop the Nones while batching:
+from torch.utils.data import default_collate
+loader = DataLoader(ds, batch_size=32, collate_fn=lambda b: default_collate([s for s in b if s is not None]))
+""")
+
+
+@_rule(r"object of type 'NoneType' has no len\(\)")
+def _collate_none_len(m, exc, w):
+    # default_collate checks that all samples have the first sample's length: a None after a tuple fails there
+    if "collate" in str(exc) or _in_module(exc, "torch.utils.data._utils.collate"):
+        return _collate_none()
+    return None
+
+
+@_rule(r"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found (?:<class '([\w.]+)'>|(\w+))")
+def _collate_type(m, exc, w):
+    found = m.group(1) or m.group(2)
+    what = (f"the DataLoader could not batch the samples: __getitem__ returned a {found}, which the default "
+            "collate_fn cannot stack (it handles tensors, numpy arrays, numbers, strings, dicts, lists and tuples).")
+    if found == "NoneType":
+        return _collate_none()
+    if "PIL" in found or "Image" in found:
+        return (what + " Images must become tensors inside the dataset.",
+                """
+import torchvision.transforms.v2 as T
+transform = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True)])   # or T.ToTensor()
+img = transform(img)                         # in __getitem__, before returning the sample
+""")
+    return (what, """
+return torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y)   # in __getitem__: tensors (or numbers)
+# or batch the samples yourself: DataLoader(ds, batch_size=32, collate_fn=my_collate)
+""")
+
+
+_SAME_SIZE_FIX = """
+T.Resize((224, 224))                         # images: resize (or T.CenterCrop / T.RandomResizedCrop) to one size
+#   in the dataset's transform, before T.ToTensor()
+# sequences: pad them in a custom collate_fn
+from torch.nn.utils.rnn import pad_sequence
+def collate(batch):
+    xs, ys = zip(*batch)
+    return pad_sequence(xs, batch_first=True), torch.tensor(ys)
+loader = DataLoader(ds, batch_size=32, collate_fn=collate)
+"""
+
+
+@_rule(r"stack expects each tensor to be equal size, but got \[([\d, ]*)\] at entry (\d+) and \[([\d, ]*)\] at entry (\d+)")
+def _stack_sizes(m, exc, w):
+    a, i, b, j = m.groups()
+    from_loader = "collate" in str(exc) or _in_module(exc, "torch.utils.data")
+    if not from_loader:
+        return (f"torch.stack got tensors of different shapes: [{a}] (entry {i}) and [{b}] (entry {j}); every "
+                "tensor must have the same shape.",
+                """
+print([t.shape for t in tensors])            # find the odd one out
+torch.cat(tensors)                           # if they differ only in dim 0, concatenate instead of stacking
+""")
+    return (f"the DataLoader could not batch the samples: __getitem__ returned tensors of different shapes, [{a}] "
+            f"(sample {i} of the batch) and [{b}] (sample {j}). The default collate_fn stacks them, so every sample "
+            "must have the same shape.", _SAME_SIZE_FIX)
+
+
+@_rule(r"Trying to resize storage that is not resizable")
+def _stack_sizes_in_worker(m, exc, w):
+    # in a worker, default_collate stacks into shared memory sized from the first sample: a sample of another
+    # size fails with this message instead of "stack expects each tensor to be equal size"
+    if "collate" not in str(exc) and not _in_module(exc, "torch.utils.data._utils.collate"):
+        return None
+    return ("the DataLoader could not batch the samples: __getitem__ returned tensors of different shapes (in a "
+            "worker process the default collate_fn reports that as 'Trying to resize storage that is not "
+            "resizable'). Every sample must have the same shape.",
+            """
+print({tuple(ds[i][0].shape) for i in range(20)})   # the shapes the dataset returns (or: num_workers=0)
+""" + _SAME_SIZE_FIX)
+
+
+_MAIN_GUARD_FIX = """
+def main():
+    ...                                      # build the dataset, model, loader and train here
+if __name__ == "__main__":                   # spawn/forkserver workers re-import this file: guard the training
+    main()
+"""
+
+
+@_rule(r"An attempt has been made to start a new process before the\s+current process has finished its bootstrapping phase")
+def _main_guard(m, exc, w):
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:  # the user's line that started the process while the worker was importing the script
+        if tb.tb_frame.f_globals.get("__name__") == "__mp_main__":
+            where = f" ({tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno})"
+        tb = tb.tb_next
+    return ("a worker process (DataLoader num_workers > 0 or multiprocessing) started with the spawn/forkserver "
+            "start method re-imported your script, and the script's top-level code started workers again"
+            f"{where}. The training code is not under an `if __name__ == \"__main__\":` guard (spawn is the "
+            "default on Windows and macOS, forkserver on Linux from Python 3.14).", _MAIN_GUARD_FIX)
+
+
+@_rule(r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (exited unexpectedly|is killed by signal: ([\w ]+))")
+def _worker_died(m, exc, w):
+    cause = str(exc.__cause__ or "")  # the SIGCHLD handler's message: exit code or signal of the worker
+    sig = m.group(3)
+    if sig is None and (found := re.search(r"killed by signal: ([\w ]+)", cause)):
+        sig = found.group(1)
+    code = re.search(r"exit code (-?\d+)", cause)
+    loader_iter = _frame_local(exc, "self", want=lambda v: isinstance(getattr(v, "_workers", None), list))
+    workers = loader_iter._workers if loader_iter is not None else []
+    method = next((getattr(p, "_start_method", None) for p in workers), None)
+    if workers and method is None:  # the default context's processes: its start method
+        import multiprocessing
+        method = multiprocessing.get_start_method(allow_none=True)
+    values = [f"pid(s) {m.group(1).strip()}"]
+    if code:
+        values.append(f"exit code {code.group(1)}")
+    if sig:
+        values.append(f"killed by signal {sig.strip()}")
+    if method:
+        values.append(f"start method {method}, {len(workers)} worker(s)")
+    what = f"a DataLoader worker process died ({'; '.join(values)})."
+    if sig and "bus" in sig.lower():
+        return (what + " A bus error in a worker means the shared memory (/dev/shm) used to pass batches is full.",
+                """
+docker run --shm-size=8g ...                 # (or --ipc=host): more shared memory
+loader = DataLoader(ds, batch_size=32, num_workers=2)   # or fewer workers / smaller batches
+""")
+    if sig and "kill" in sig.lower():
+        return (what + " Killed is usually the out-of-memory killer: the workers together use more RAM than there is.",
+                """
+loader = DataLoader(ds, batch_size=32, num_workers=2)   # fewer workers; each one holds a copy of the dataset
+# load samples lazily in __getitem__ instead of keeping everything in Python lists in the dataset
+""")
+    if method in ("spawn", "forkserver"):
+        return (what + f" With the {method} start method, a worker that exits with an error right away is most "
+                "often a script without an `if __name__ == \"__main__\":` guard: the worker re-imports it and "
+                "fails (its own error is printed above, 'An attempt has been made to start a new process ...').",
+                _MAIN_GUARD_FIX + """# if the script is guarded: rerun with num_workers=0 to see the worker's own error
+""")
+    return (what + " The worker's own error is printed above this traceback, if any.",
+            """
+loader = DataLoader(ds, batch_size=32, num_workers=0)   # rerun without workers: the real error appears
+# workers started with spawn (Windows, macOS) also need the `if __name__ == "__main__":` guard
+""")
+
+
+@_rule(r"EADDRINUSE|address already in use")
+def _port_in_use(m, exc, w):
+    text = str(exc)
+    distributed = "server socket" in text or _in_module(exc, "torch.distributed")
+    env = os.environ.get("MASTER_PORT")
+    port = re.search(r"port:? (\d+)", text)
+    port = port.group(1) if port else env or "29500"
+    if not distributed:
+        return ("a server could not listen on its port: another process already uses it (address already in use).",
+                """
+ss -ltnp                                     # or lsof -i :PORT: find the process holding the port, stop it
+# or start this one on another port
+""")
+    env_note = f" (MASTER_PORT={env})" if env else ""
+    return (f"the distributed rendezvous (TCPStore of init_process_group) could not listen on port {port}{env_note}: "
+            "another process already uses it, usually a second training run with the same MASTER_PORT, or an "
+            "earlier run that is still alive.",
+            f"""
+torchrun --master-port={int(port) + 1} ... train.py    # give each concurrent run its own port
+MASTER_PORT={int(port) + 1} python train.py            # (the same, for a script that sets up the group itself)
+torchrun --standalone --nproc-per-node=N train.py     # one machine: torchrun picks a free port
+torchrun --rdzv-backend=c10d --rdzv-endpoint=localhost:0 --nproc-per-node=N train.py   # same, explicitly
+ss -ltnp | grep {port}                                # or lsof -i :{port}: find (and stop) the run holding it
 """)
