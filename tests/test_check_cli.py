@@ -116,7 +116,8 @@ def test_failed_script_summary_says_it_failed_not_that_it_ran_to_the_end(tmp_pat
     assert "no silent mistakes found in the 3 optimizer steps before the failure" in summary
     assert "no silent mistakes found." not in proc.stderr
 
-    # findings made before the crash are still shown, scoped to the steps that ran
+
+def test_findings_made_before_a_failure_are_scoped_to_the_steps_that_ran(tmp_path):
     buggy = tmp_path / "buggy_then_crash.py"
     buggy.write_text(_CRASH_AFTER_STEPS.replace("STEPS", "5").replace("ZERO_GRAD", "pass"))
     report = tmp_path / "r.json"
