@@ -170,10 +170,10 @@ class CallProbes:
         if self.clip_useless is None:
             if params and not grads:
                 self.clip_useless = {"call": name, "reason": "none of the parameters has a gradient (.grad is None)",
-                                     "where": user_where(3)}
+                                     "where": user_where(3), "step": self.w.steps}
             elif self.w._stepped_since_backward and self.w.backwards > 0:
                 self.clip_useless = {"call": name, "reason": "after optimizer.step(), before the next backward()",
-                                     "where": user_where(3)}
+                                     "where": user_where(3), "step": self.w.steps}
         if self.clip_scaled is None and grads:
             for scaler in self._scaled_pending.values():
                 from torch.amp.grad_scaler import OptState

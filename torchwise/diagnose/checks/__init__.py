@@ -44,6 +44,10 @@ _CONSEQUENCES = {
     "unnormalized-input": {"exploding-gradients", "dead-relu", "loss-not-decreasing", "lr-too-high"},
     "exploding-gradients": {"loss-not-decreasing", "dead-relu", "nonfinite-loss"},
     "dead-relu": {"loss-not-decreasing", "lr-too-low", "no-gradient-flow"},
+    # clipped at 1/65536 of their size, updates look like a tiny learning rate
+    "clip-scaled-gradients": {"lr-too-low", "loss-not-decreasing", "vanishing-gradients"},
+    # an LR collapsed within the first epoch
+    "scheduler-stepped-per-batch": {"lr-too-low", "loss-not-decreasing"},
 }
 _EXPLAINS_FLAT_LOSS = {"softmax-before-loss", "double-sigmoid", "wrong-loss-for-task", "params-not-in-optimizer",
                        "unregistered-submodules", "no-gradient-flow", "lr-too-low", "vanishing-gradients",

@@ -29,8 +29,8 @@ def decide(w) -> list[Finding]:
     if probes.clip_useless is not None:
         c = probes.clip_useless
         found.append(Finding("clip-has-no-effect", f"{c['call']} ran {c['reason']}: it changes no update "
-                             f"(first seen at optimizer step {w.steps if w.steps else 0}).",
-                             where=c["where"], evidence={"call": c["call"]}))
+                             f"(first seen after optimizer step {c['step']}).",
+                             where=c["where"], evidence={"call": c["call"], "optimizer steps before": c["step"]}))
     if probes.ddp_unsharded is not None:
         d = probes.ddp_unsharded
         found.append(Finding("ddp-no-distributed-sampler",

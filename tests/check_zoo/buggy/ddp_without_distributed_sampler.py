@@ -1,0 +1,53 @@
+# expect: ddp-no-distributed-sampler
+"""Two-process DDP (gloo) on digits: the loader shuffles the whole data set on every rank.
+
+Rank 0 is this process; it starts rank 1 itself (a hand-rolled launcher), so the script also runs
+as a plain `python script.py`. Under torchrun (RANK set) it only joins.
+"""
+import os
+import socket
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from sklearn.datasets import load_digits
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+child = None
+if "RANK" in os.environ:  # under torchrun
+    dist.init_process_group("gloo")
+else:
+    if len(sys.argv) > 1:  # rank 1, started below
+        rank, port = 1, int(sys.argv[1])
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        rank = 0
+        child = subprocess.Popen([sys.executable, __file__, str(port)])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+rank = dist.get_rank()
+
+torch.manual_seed(0)
+X, y = load_digits(return_X_y=True)
+X = torch.tensor(X, dtype=torch.float32) / 16.0
+y = torch.tensor(y)
+loader = DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)
+
+model = DDP(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+criterion = nn.CrossEntropyLoss()
+for epoch in range(2):
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+    if rank == 0:
+        print(epoch, loss.item())
+dist.destroy_process_group()
+if child is not None:
+    child.wait()
