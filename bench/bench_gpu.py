@@ -818,7 +818,8 @@ def main() -> None:
     args.dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                             else "cpu" if args.device == "auto" else args.device)
     if args.dev.type == "cuda":
-        torch.cuda.set_device(args.dev)
+        if args.dev.index is not None:  # set_device refuses a device without an index ("cuda")
+            torch.cuda.set_device(args.dev)
         args.dev = torch.device("cuda", torch.cuda.current_device())
         if args.peak_tflops is None:
             args.peak_tflops = H200_BF16_PEAK_TFLOPS

@@ -61,9 +61,20 @@ def test_cuda_graph_replays_the_whole_step_and_trains_like_sync_free_eager():
 
 def test_a_short_last_batch_runs_eagerly_and_the_schedule_reaches_the_replays():
     data = images(100)  # 6 full batches and one of 4 per epoch
-    _, eager, _ = run(["sync_free"], data, scheduler="onecycle")
-    trainer, graphed, _ = run(["cuda_graph"], data, scheduler="onecycle")
-    assert trainer._step_core.graphed.replays == len(graphed) - 3 - 2
+    _, eager, _ = run(["sync_free"], data, scheduler="cosine")
+    trainer, graphed, _ = run(["cuda_graph"], data, scheduler="cosine")
+    steps = trainer._step_core.graphed
+    assert steps.replays == len(graphed) - 3 - 2, steps.eager_why
+    close(graphed, eager)
+
+
+def test_onecycle_momentum_cycling_runs_eagerly_with_the_same_trajectory():
+    # OneCycleLR moves Adam's beta1 each step; the fused kernel takes betas as numbers fixed at capture
+    _, eager, _ = run(["sync_free"], scheduler="onecycle")
+    trainer, graphed, _ = run(["cuda_graph"], scheduler="onecycle")
+    steps = trainer._step_core.graphed
+    assert steps.graph is not None and steps.replays <= 1, steps.eager_why
+    assert any("momentum" in why for why in steps.eager_why)
     close(graphed, eager)
 
 

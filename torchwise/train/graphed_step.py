@@ -14,9 +14,15 @@ What a graph needs, and how it gets it here:
   tensor; afterwards the group holds its float again (what schedulers, logs and checkpoints
   read) and the tensor is refilled from it before a replay whenever it changed.
 - No host sync inside: device_body has none; autocast's cast cache is off during capture.
+- One stream for the warm-up and the capture: cuBLAS keeps a handle and a workspace per stream,
+  created at first use; created inside a capture they would come from the graph's pool.
+- The same autocast cast-cache setting (off) in the eager steps as in the graph: torch.compile
+  guards on it and would recompile inside the capture, which it cannot do.
 Steps the graph cannot replay run eagerly through the same device_body, on the same parameters
-and optimizer state: the warm-up, a batch of another shape (a short last batch), and the
-Watcher's deep steps (its hooks are Python, which a replay would skip). A capture that fails
+and optimizer state: the warm-up, a batch of another shape (a short last batch), the Watcher's
+deep steps (its hooks are Python, which a replay would skip), and steps whose optimizer settings
+other than the learning rate changed since the capture (OneCycleLR cycles Adam's beta1; the
+fused kernel takes betas as numbers, so the graph holds the captured ones). A capture that fails
 (an operation that syncs with the host, say) leaves the run on sync-free eager steps and says why.
 """
 from __future__ import annotations
@@ -31,8 +37,10 @@ from torchwise.train.step import StepResult, _NoWatcher
 WARMUP = 3
 
 
-def graph_blocker(device: torch.device, dist: Any, accumulate: int, optimizer: torch.optim.Optimizer) -> str | None:
+def graph_blocker(device: torch.device, dist: Any, accumulate: int, optimizer: torch.optim.Optimizer,
+                  compile_options: Any = None) -> str | None:
     """Why the step cannot be captured with this set-up (None: it can)."""
+    mode = (compile_options or {}).get("mode")
     if device.type != "cuda":
         return f"needs a CUDA device (training on {device.type})"
     if dist.enabled:
@@ -41,7 +49,17 @@ def graph_blocker(device: torch.device, dist: Any, accumulate: int, optimizer: t
         return f"needs accumulate=1 (accumulate={accumulate})"
     if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
         return f"captures fused Adam/AdamW only (optimizer: {type(optimizer).__name__})"
+    if mode in ("reduce-overhead", "max-autotune"):
+        return f"torch.compile mode={mode!r} captures CUDA graphs itself (use the default mode with cuda_graph)"
     return None
+
+
+_HYPER = ("betas", "eps", "weight_decay")  # what the fused kernel reads as numbers at capture time
+
+
+def _hyper(optimizer: torch.optim.Optimizer) -> list[tuple]:
+    return [tuple(float(v) if not isinstance(v, tuple) else tuple(float(b) for b in v)
+                  for v in (g.get(k) for k in _HYPER)) for g in optimizer.param_groups]
 
 
 class GraphedStep:
@@ -53,41 +71,74 @@ class GraphedStep:
         self.shape: Any = None
         self.lr_tensors: list[torch.Tensor] = []
         self.lr_values: list[float] = []
+        self.hyper: list[tuple] = []
         self.eager_steps = 0
         self.replays = 0
+        self.eager_why: dict[str, int] = {}  # why steps after the capture ran eagerly, and how often
         self.failure: str | None = None
+        self.stream = torch.cuda.Stream(core.device)  # the warm-up's and the capture's
+        self._last_eager_shape: Any = None
 
     def run(self, micro: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
         shape = _shape_key(micro)
         deep = getattr(self.core.watcher, "is_deep", False)
+        # capture only a shape that has run eagerly: cudnn.benchmark's trials cannot run inside a capture
         if self.graph is None and self.failure is None and shape is not None and not deep \
-                and self.eager_steps >= WARMUP:
+                and self.eager_steps >= WARMUP and shape == self._last_eager_shape:
             self._capture(micro, shape)
-        if self.graph is None or shape != self.shape or deep:
-            self.eager_steps += 1
-            return self.core.run_on_device(micro, measure_norm)
-        return self._replay(micro, measure_norm)
+        why = self._eager_reason(shape, deep)
+        if why is None:
+            return self._replay(micro, measure_norm)
+        self.eager_steps += 1
+        self._last_eager_shape = shape
+        if self.graph is not None:
+            self.eager_why[why] = self.eager_why.get(why, 0) + 1
+        if self.graph is None and self.failure is None:  # warm-up: on the stream the capture will use
+            current = torch.cuda.current_stream(self.core.device)
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
+                result = self.core.run_on_device(micro, measure_norm, cache_casts=False)
+            current.wait_stream(self.stream)
+            return result
+        return self.core.run_on_device(micro, measure_norm, cache_casts=False)
+
+    def _eager_reason(self, shape: Any, deep: bool) -> str | None:
+        if self.graph is None:
+            return "warm-up"
+        if shape != self.shape:
+            return "another batch shape"
+        if deep:
+            return "deep check step"
+        if _hyper(self.core.optimizer) != self.hyper:
+            return "optimizer settings other than lr changed (e.g. OneCycleLR's momentum)"
+        return None
 
     def _capture(self, micro: list, shape: Any) -> None:
         inputs, target, n = micro[0]
         core, opt = self.core, self.core.optimizer
         device = core.device
         self.static = ([x.detach().clone() for x in inputs], target.detach().clone())
-        lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
+        # float32: the fused kernel reads the lr tensor as float, whatever the default dtype is
+        lrs = [torch.tensor(float(g["lr"]), dtype=torch.float32, device=device) for g in opt.param_groups]
         saved = [(g["lr"], g.get("capturable", False)) for g in opt.param_groups]
         watcher, core.watcher = core.watcher, _NoWatcher()  # Python hooks would run once, at capture
         graph = torch.cuda.CUDAGraph()
+        stream_before = torch.cuda.current_stream(device)
         try:
             for g, lr in zip(opt.param_groups, lrs):
                 g["lr"], g["capturable"] = lr, True
             torch.cuda.synchronize(device)
             opt.zero_grad(set_to_none=True)  # backward in the graph allocates the gradients in its pool
-            # thread_local: a DataLoader's pin-memory thread may call CUDA while we capture
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # torch.cuda.device: the capture must happen on the training device, not the current one.
+            # thread_local: a DataLoader's pin-memory thread may call CUDA while we capture.
+            with torch.cuda.device(device), \
+                    torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
                 self.out = core.device_body([(tuple(self.static[0]), self.static[1], n)], cache_casts=False)
         except Exception as exc:  # noqa: BLE001 - any capture failure leaves the run on eager steps
             self.failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
             self.static = self.out = None
+            # a capture that failed inside CUDA can leave its stream current: put ours back
+            torch.cuda.set_stream(stream_before)
             torch.cuda.synchronize(device)
             print(f"torchwise: CUDA-graph capture failed, training continues with sync-free eager steps "
                   f"({self.failure})", file=sys.stderr)
@@ -96,7 +147,7 @@ class GraphedStep:
             for g, (lr, capturable) in zip(opt.param_groups, saved):
                 g["lr"], g["capturable"] = lr, capturable
             core.watcher = watcher
-        self.graph, self.shape = graph, shape
+        self.graph, self.shape, self.hyper = graph, shape, _hyper(opt)
         self.lr_tensors, self.lr_values = lrs, [float(g["lr"]) for g in opt.param_groups]
 
     def _replay(self, micro: list, measure_norm: bool) -> StepResult:

@@ -45,14 +45,20 @@ class Prefetcher:
         return batch
 
     def _load(self) -> Any:
-        try:
-            batch = next(self._batches)
-        except StopIteration:
-            return _END
         if self._stream is None:
-            return self._prepare(batch)
+            try:
+                return self._prepare(next(self._batches))
+            except StopIteration:
+                return _END
+        # The fetch itself also runs on the side stream: a data set already on the GPU is gathered
+        # there (after the work it may depend on), so its temporaries belong to the side stream and
+        # are not freed under it by the compute stream's allocations.
+        self._stream.wait_stream(torch.cuda.current_stream(self._stream.device))
         with torch.cuda.stream(self._stream):
-            return self._prepare(batch)
+            try:
+                return self._prepare(next(self._batches))
+            except StopIteration:
+                return _END
 
 
 def prefetch_allowed(loader: Any, num_workers: int) -> tuple[bool, str]:

@@ -88,10 +88,11 @@ class StepRunner:
             opt.step()
         return StepResult(loss_sum / total, norm, None, total)
 
-    def run_on_device(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
+    def run_on_device(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool, *,
+                      cache_casts: bool = True) -> StepResult:
         """fast "sync_free": the same step, with one host sync at its end instead of one per micro-batch.
         A non-finite loss or gradient skips the update on the device (the fused optimizer's found_inf)."""
-        loss, found, norm = self.device_body(micro_batches)
+        loss, found, norm = self.device_body(micro_batches, cache_casts=cache_casts)
         loss_value, bad, norm_value = torch.stack([loss, found, norm]).tolist()  # the step's one sync
         return self.result(loss_value, bad, norm_value, sum(n for _, _, n in micro_batches),
                            measured=measure_norm or self.clip is not None)

@@ -553,7 +553,8 @@ class Trainer:
         if "cuda_graph" in plan.on and blocker is None:
             from torchwise.train.graphed_step import GraphedStep, graph_blocker
 
-            graph_why = graph_blocker(self.device, self.dist, self.accumulate, self.optimizer)
+            graph_why = graph_blocker(self.device, self.dist, self.accumulate, self.optimizer, self.compile_options
+                                      if "compile" in plan.on else None)
             if graph_why is None:
                 core.graphed = GraphedStep(core)
             else:
