@@ -137,3 +137,20 @@ def test_script_exiting_with_nonzero_status_is_reported_as_failed(tmp_path):
     assert proc.returncode == 2
     assert "failed after 0 optimizer steps" in proc.stderr and "ran to the end" not in proc.stderr
     assert "no silent mistakes found." not in proc.stderr
+
+
+def test_check_under_torchrun_sees_every_rank_train_on_all_the_data(tmp_path):
+    """`torchrun ... -m torchwise check -- python train.py`: each rank runs the script under its own Watcher."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}",
+           "-m", "torchwise", "check", "--", "python", str(ZOO / "buggy" / "ddp_without_distributed_sampler.py")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out  # a finding of severity error: exit status 1 on each rank
+    assert out.count("ddp-no-distributed-sampler") >= 2, out  # both ranks
+    assert "Rank 0 of 2" in out and "Rank 1 of 2" in out
