@@ -88,7 +88,9 @@ class CallProbes:
         self.w._handles.append(register_optimizer_step_post_hook(self._on_step))
 
     def _wrap(self, owner: Any, name: str, before: Any) -> None:
-        original = owner.__dict__[name]
+        original = owner.__dict__.get(name)
+        if original is None:  # an older torch without this method on this class: nothing to watch
+            return
 
         def wrapper(obj, *args, **kwargs):
             try:
