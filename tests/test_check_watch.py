@@ -181,3 +181,21 @@ def test_driven_watcher_hunts_the_module_that_makes_a_nan_after_a_skipped_step()
     found = {f.id: f for f in w.findings()}
     assert "nonfinite-loss" in found
     assert found["nonfinite-loss"].evidence["culprit"] == "Sequential.0 (Sqrt)"
+
+
+def test_driven_watcher_finds_symmetric_hidden_units_but_not_a_zero_head():
+    def model(constant: bool):
+        m = nn.Sequential(nn.Linear(10, 32), nn.Tanh(), nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 2))
+        for layer in (m[0], m[2]) if constant else ():
+            nn.init.constant_(layer.weight, 0.1)
+            nn.init.zeros_(layer.bias)
+        nn.init.zeros_(m[4].weight)
+        return m
+
+    w, _, _ = _driven_loop(model(True), nn.CrossEntropyLoss(), steps=40)
+    found = {f.id: f for f in w.findings()}
+    assert "symmetric-init" in found  # seen at the first deep step, confirmed on the weights at the end
+    assert found["symmetric-init"].evidence["units"] == 32 and found["symmetric-init"].evidence["layers"] == 2
+    w, _, _ = _driven_loop(model(False), nn.CrossEntropyLoss(), steps=40)
+    assert w.findings() == []
+

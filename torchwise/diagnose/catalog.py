@@ -316,6 +316,18 @@ for _ in range(300):                       # the sanity check torchwise ran
     optimizer.zero_grad(); loss = criterion(model(x), y); loss.backward(); optimizer.step()
 print(loss.item())                         # should be close to 0
 """),
+    _e("symmetric-init", "error", "Hidden units start identical and stay identical (constant initialization)",
+       "When every unit of a layer starts with the same weights, every unit computes the same output and "
+       "gets the same gradient, so they never become different: a layer of 128 units learns like a layer "
+       "of one. Random initialization is what breaks this symmetry.",
+       """
+# keep PyTorch's default (random) initialization, or use a random scheme:
+for m in model.modules():
+    if isinstance(m, (nn.Linear, nn.Conv2d)):
+        nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")   # not zeros_/constant_
+        nn.init.zeros_(m.bias)                                     # constant biases are fine
+# a zero-initialized *last* layer is fine when the layers before it are random
+"""),
 ]}
 
 
@@ -364,6 +376,8 @@ DETECTED_BY: dict[str, str] = {
     "ddp-no-distributed-sampler": "a training loader without a DistributedSampler iterated while a process group "
                                   "of 2+ ranks is up",
     "cannot-overfit-batch": "a copy of the model trained on the first batch only (--overfit)",
+    "symmetric-init": "a hidden Linear/Conv layer (not the model's last) whose weight rows and biases are all equal "
+                      "at the first checked step and still equal 3+ optimizer steps later",
 }
 
 

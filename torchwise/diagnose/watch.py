@@ -64,6 +64,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from torchwise.diagnose.catalog import Finding
+from torchwise.diagnose.checks import model as _model_checks
 
 
 def _quiet():
@@ -206,7 +207,8 @@ _ACCUM_NAMES = {"add", "add_", "__add__", "__radd__", "__iadd__", "sum", "stack"
 
 
 class _Mode(TorchFunctionMode):
-    """Sees functional calls (losses, relu, accumulation of loss tensors) in deep steps."""
+    """Sees functional calls (losses, relu, accumulation of loss tensors) in deep steps, and the writes that
+    initialize parameters."""
 
     def __init__(self, watcher: "Watcher"):
         super().__init__()
@@ -229,6 +231,10 @@ class _Mode(TorchFunctionMode):
                 w._on_relu_func(args[0] if args else None, out)
             elif w._bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
                 w._on_accumulate(args, out)
+            if not w.optimizers:  # before any step, where a parameter is written is where it is initialized
+                param = args[0] if args else kwargs.get("tensor")  # nn.init.* pass it by keyword
+                if isinstance(param, nn.Parameter):
+                    _model_checks.note_param_write(w, func, param)
         except Exception:  # a checker must never break the user's program
             pass
         return out
@@ -352,6 +358,11 @@ class Watcher:
         self._bw_ids: dict[int, weakref.ref] = {}
         self._bw_refs: list[tuple[int, weakref.ref]] = []
         self.retained_losses = 0
+        # evidence of symmetric-init
+        # (gathered and decided in checks/model.py)
+        self.last_layer: dict[int, int] = {}                    # root id -> last Linear/Conv its forward ran
+        self.param_init_where: dict[int, str | None] = {}
+        self.symmetry: dict[str, Any] = {"scanned": set(), "done": set(), "cands": {}}
         # phases and data
         self._phase: str | None = None
         self.passes: list[PassInfo] = []
@@ -646,6 +657,8 @@ class Watcher:
         stack = self._stack
         if stack and stack[-1] is module:
             stack.pop()
+        if stack and isinstance(module, _model_checks.SYM_LAYERS):
+            self.last_layer[id(stack[0])] = id(module)
         if isinstance(module, nn.ReLU) and isinstance(out, torch.Tensor) and module.training:
             self._record_relu(module, out, self.module_name(module))
         if self.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \

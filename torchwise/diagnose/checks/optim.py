@@ -59,6 +59,8 @@ def inspect_step_pre(w, opt) -> None:
             snap.append((p, p.detach().clone()))
             budget -= p.numel()
     w._snap = snap
+    from torchwise.diagnose.checks import model
+    model.inspect_symmetry(w)
 
 
 def _embedding_ids(w) -> set[int]:
@@ -185,3 +187,4 @@ def decide(w, ls: dict) -> list[Finding]:
                                    evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
     w._lr_flags = {"high": lr_high, "low": lr_low, "exploding": exploding}
     return out
+
