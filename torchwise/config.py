@@ -82,6 +82,8 @@ class TrainConfig:
     epochs: int = _opt(10, "passes over the training set", min=1)
     max_steps: int | None = _opt(None, "stop after this many optimizer steps", min=1)
     batch_size: int = _opt(64, "samples per optimizer step", min=1)
+    eval_batch_size: int | None = _opt(None, "samples per validation/evaluation batch (no gradients, so it can be "
+                                             "larger); none: train.batch_size", min=1)
     lr: float = _opt(1e-3, "peak learning rate", min=0.0, min_open=True)
     weight_decay: float = _opt(0.01, "AdamW / SGD weight decay", min=0.0)
     optimizer: Literal["adamw", "sgd"] = _opt("adamw", "optimizer")

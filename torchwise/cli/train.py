@@ -197,6 +197,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
     if not main:
         task = prepare_task(config, None)
     _log_data(task, log)
+    _log_loss(config, task, log)
     meta = {**task.meta(), "data_path": str(Path(config.data.path).resolve())}
     if main:
         (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -235,6 +236,7 @@ def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
     return Trainer(
         model, optimizer=_optimizer_factory(t), train_data=task.train, val_data=task.val,
         task=task.problem, max_epochs=t.epochs, max_steps=t.max_steps, batch_size=t.batch_size,
+        eval_batch_size=t.eval_batch_size,
         accumulate=t.accumulate, clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
         seed=t.seed, deterministic=t.deterministic, out_dir=run_dir, checkpoint_every=t.checkpoint_every,
         keep_last=t.keep_last, resume=t.resume, progress=config.output.progress,
@@ -316,6 +318,13 @@ def _log_data(task, log) -> None:
         log(f"data: skipped {len(skipped)} unreadable image(s) (listed in the report):")
         for item in skipped[:5]:
             log(f"  {item['path']}: {item['reason']}")
+
+
+def _log_loss(config, task, log) -> None:
+    """Say which loss trains the model when it is not the plain default, and the validation batch."""
+    if config.train.eval_batch_size is not None:
+        log(f"data: validation and evaluation batches of {config.train.eval_batch_size} "
+            f"(training batches of {config.train.batch_size})")
 
 
 def _log_result(summary: dict[str, Any], log) -> None:

@@ -86,6 +86,7 @@ class Trainer:
         max_epochs: int = 1,
         max_steps: int | None = None,
         batch_size: int = 32,
+        eval_batch_size: int | None = None,
         accumulate: int = 1,
         clip_grad_norm: float | None = None,
         precision: str = "auto",
@@ -134,6 +135,10 @@ class Trainer:
         for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
             _require(value is None or (isinstance(value, int) and value >= 1), f"{name} must be None or an integer >= 1.",
                      {name: value}, f"Pass {name}=None or a positive number of optimizer steps.")
+        _require(eval_batch_size is None or (type(eval_batch_size) is int and eval_batch_size >= 1),
+                 "eval_batch_size must be None or an integer >= 1.", {"eval_batch_size": eval_batch_size},
+                 "Pass e.g. eval_batch_size=256 (validation keeps no gradients, so it fits larger batches), "
+                 "or None to validate with batch_size.")
         _require(clip_grad_norm is None or (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0),
                  "clip_grad_norm must be None or a positive number.", {"clip_grad_norm": clip_grad_norm},
                  "A typical value is 1.0.")
@@ -151,6 +156,7 @@ class Trainer:
         self.train_data, self.val_data = train_data, val_data
         self.max_epochs, self.max_steps = max_epochs, max_steps
         self.batch_size, self.accumulate, self.clip_grad_norm = batch_size, accumulate, clip_grad_norm
+        self.eval_batch_size = eval_batch_size  # validate/evaluate/predict; None: batch_size
         self.precision_arg, self.device_arg = precision, device
         self.seed, self.deterministic = seed, deterministic
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -483,8 +489,8 @@ class Trainer:
                                          batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers,
                                          **shard)
         self.val_loader = None if self.val_data is None else build_loader(
-            self.val_data, role="val_data", train=False, device=self.device, batch_size=self.batch_size,
-            seed=self.seed, num_workers=self.num_workers, **shard)
+            self.val_data, role="val_data", train=False, device=self.device,
+            batch_size=self.eval_batch_size or self.batch_size, seed=self.seed, num_workers=self.num_workers, **shard)
         steps_per_epoch = -(-self.train_loader.batches_per_epoch() // self.accumulate)
         _require(steps_per_epoch > 0, "train_data yields no batches.",
                  {"batches per epoch": self.train_loader.batches_per_epoch(), "batch_size": self.batch_size},
@@ -629,7 +635,8 @@ class Trainer:
         data = self.val_data if data is None else data
         _require(data is not None, "No data to evaluate.", {"data": None, "val_data": None},
                  "Pass the data: trainer.evaluate(dataset).")
-        return build_loader(data, role="data", train=False, device=self.device, batch_size=self.batch_size,
+        return build_loader(data, role="data", train=False, device=self.device,
+                            batch_size=self.eval_batch_size or self.batch_size,
                             seed=self.seed, num_workers=self.num_workers, rank=self.dist.rank,
                             world_size=self.dist.world_size)
 
