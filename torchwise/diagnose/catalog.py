@@ -328,6 +328,15 @@ for m in model.modules():
         nn.init.zeros_(m.bias)                                     # constant biases are fine
 # a zero-initialized *last* layer is fine when the layers before it are random
 """),
+    _e("compare-values-not-indices", "error", "Accuracy compares the max values, not the predicted classes",
+       "torch.max(out, dim) and out.topk(k, dim) return (values, indices); the values are scores such as "
+       "3.27, which almost never equal an integer label, so the accuracy reads near 0 (or noise) whatever "
+       "the model learned.",
+       """
+_, pred = torch.max(out, 1)        # the second result holds the class indices
+pred = out.argmax(dim=1)           # or simply this
+correct += (pred == y).sum().item()
+"""),
 ]}
 
 
@@ -378,6 +387,8 @@ DETECTED_BY: dict[str, str] = {
     "cannot-overfit-batch": "a copy of the model trained on the first batch only (--overfit)",
     "symmetric-init": "a hidden Linear/Conv layer (not the model's last) whose weight rows and biases are all equal "
                       "at the first checked step and still equal 3+ optimizer steps later",
+    "compare-values-not-indices": "eq/ne between the values of max/topk over a dim of a model output and an integer "
+                                  "tensor",
 }
 
 

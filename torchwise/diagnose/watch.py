@@ -64,7 +64,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from torchwise.diagnose.catalog import Finding
-from torchwise.diagnose.checks import model as _model_checks
+from torchwise.diagnose.checks import losses as _losses_checks, model as _model_checks
 
 
 def _quiet():
@@ -207,8 +207,8 @@ _ACCUM_NAMES = {"add", "add_", "__add__", "__radd__", "__iadd__", "sum", "stack"
 
 
 class _Mode(TorchFunctionMode):
-    """Sees functional calls (losses, relu, accumulation of loss tensors) in deep steps, and the writes that
-    initialize parameters."""
+    """Sees functional calls (losses, relu, accumulation of loss tensors, max/topk of model outputs and
+    what they are compared with) in deep steps, and the writes that initialize parameters."""
 
     def __init__(self, watcher: "Watcher"):
         super().__init__()
@@ -231,6 +231,8 @@ class _Mode(TorchFunctionMode):
                 w._on_relu_func(args[0] if args else None, out)
             elif w._bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
                 w._on_accumulate(args, out)
+            elif w.followed:  # model outputs -> their max/topk values -> a comparison with labels
+                _losses_checks.follow(w, func, args, out)
             if not w.optimizers:  # before any step, where a parameter is written is where it is initialized
                 param = args[0] if args else kwargs.get("tensor")  # nn.init.* pass it by keyword
                 if isinstance(param, nn.Parameter):
@@ -358,8 +360,9 @@ class Watcher:
         self._bw_ids: dict[int, weakref.ref] = {}
         self._bw_refs: list[tuple[int, weakref.ref]] = []
         self.retained_losses = 0
-        # evidence of symmetric-init
-        # (gathered and decided in checks/model.py)
+        # evidence of symmetric-init, compare-values-not-indices
+        # (gathered and decided in checks/model.py, losses.py)
+        self.followed: dict[int, tuple[weakref.ref, str]] = {}  # model outputs and max/topk values of them
         self.last_layer: dict[int, int] = {}                    # root id -> last Linear/Conv its forward ran
         self.param_init_where: dict[int, str | None] = {}
         self.symmetry: dict[str, Any] = {"scanned": set(), "done": set(), "cands": {}}
@@ -659,6 +662,8 @@ class Watcher:
             stack.pop()
         if stack and isinstance(module, _model_checks.SYM_LAYERS):
             self.last_layer[id(stack[0])] = id(module)
+        elif not stack and id(module) in self.roots:
+            _model_checks.on_root_output(self, module, out)
         if isinstance(module, nn.ReLU) and isinstance(out, torch.Tensor) and module.training:
             self._record_relu(module, out, self.module_name(module))
         if self.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \

@@ -5,7 +5,10 @@
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
+from torch.nn import functional as F
 
 from torchwise.diagnose.catalog import Finding
 
@@ -166,6 +169,7 @@ def decide(w) -> list[Finding]:
         out.append(Finding("wrong-loss-for-task", where=w.hit_where.get("wrong-loss-for-task"), message=msg,
                            evidence={k: v for k, v in info.items()} | {"calls": h["wrong-loss-for-task"]}))
     out.extend(_decide_labels(w))
+    out.extend(decide_values_compared(w))
     return out
 
 
@@ -206,3 +210,81 @@ def _decide_labels(w) -> list[Finding]:
                                    f"({max(b['pos'], b['neg']) / min(b['pos'], b['neg']):.0f}x) and no pos_weight.",
                            evidence={"positives": b["pos"], "negatives": b["neg"]}))
     return out
+
+
+# --------------------------------------------------------------------------- accuracy: values vs indices
+# The TorchFunctionMode follows a model's output through max/topk over a dim; the first result of
+# those is the values (scores), the second the indices (classes). Comparing the values with integer
+# labels is the `pred, _ = torch.max(out, 1)` slip.
+
+_VALUE_FUNCS = {torch.max, torch.Tensor.max, torch.topk, torch.Tensor.topk}
+_EQ_FUNCS = {torch.eq, torch.ne, torch.Tensor.eq, torch.Tensor.ne, torch.Tensor.__eq__, torch.Tensor.__ne__}
+# what keeps a followed tensor the same numbers (out.data, out.detach().cpu(), values.squeeze(), ...)
+_SAME_FUNCS = {torch.Tensor.detach, torch.Tensor.cpu, torch.Tensor.to, torch.Tensor.float, torch.Tensor.clone,
+               torch.Tensor.view, torch.Tensor.reshape, torch.Tensor.squeeze, torch.Tensor.flatten,
+               torch.Tensor.view_as, torch.squeeze, torch.flatten, torch.reshape,
+               F.softmax, F.log_softmax, torch.softmax, torch.log_softmax, torch.Tensor.softmax,
+               torch.Tensor.log_softmax}
+_DATA = torch._C.TensorBase.__dict__.get("data")
+
+
+def remember(table: dict, t: torch.Tensor, kind: str) -> None:
+    """Remember a tensor weakly by id (bounded; a dead tensor whose id was reused fails the weakref test)."""
+    table[id(t)] = (weakref.ref(t), kind)
+    if len(table) > 64:
+        for k in list(table)[:32]:
+            del table[k]
+
+
+def recall(table: dict, t) -> str | None:
+    ent = table.get(id(t))
+    return ent[1] if ent is not None and ent[0]() is t else None
+
+
+def follow(w, func, args: tuple, out) -> None:
+    """One function call in a deep step while model outputs are followed (watch._Mode)."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return
+    if func in _EQ_FUNCS:
+        if len(args) >= 2 and isinstance(args[1], torch.Tensor):
+            for vals, labels in ((args[0], args[1]), (args[1], args[0])):
+                if recall(w.followed, vals) == "values" and vals.is_floating_point() and labels.numel() >= 2 \
+                        and not labels.is_floating_point() and not labels.is_complex() and labels.dtype != torch.bool:
+                    _values_compared(w, vals, labels)
+                    return
+        return
+    kind = recall(w.followed, args[0])
+    if kind is None:
+        return
+    if func in _VALUE_FUNCS:
+        if kind == "out" and isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor):
+            remember(w.followed, out[0], "values")  # a tuple: max/topk over a dim (values, indices)
+    elif (func in _SAME_FUNCS or getattr(func, "__self__", None) is _DATA) and isinstance(out, torch.Tensor) \
+            and out is not args[0]:
+        remember(w.followed, out, kind)
+
+
+def _values_compared(w, vals: torch.Tensor, labels: torch.Tensor) -> None:
+    with torch.no_grad():
+        v, y = vals.detach().reshape(-1), labels.detach().reshape(-1)
+        info = {"compared": int(y.numel()), "example_value": round(float(v[0]), 4), "example_label": int(y[0])}
+        if v.numel() == y.numel():
+            info["equal"] = int((v.to(y.device) == y).sum())
+    from torchwise.diagnose.watch import user_where
+    if "compare-values-not-indices" not in w.hits:
+        w.hit_info["compare-values-not-indices"] = info  # the first comparison's numbers
+    _count(w, "compare-values-not-indices", True, user_where())
+
+
+def decide_values_compared(w) -> list[Finding]:
+    n = w.hits.get("compare-values-not-indices", 0)
+    if not n:
+        return []
+    info = w.hit_info.get("compare-values-not-indices", {})
+    equal = f" ({info['equal']} of {info['compared']} equal)" if "equal" in info else ""
+    return [Finding("compare-values-not-indices", where=w.hit_where.get("compare-values-not-indices"),
+                    message=f"{n} comparison(s) matched integer labels against the values of max/topk over the "
+                            f"model's output, not the indices: e.g. score {info.get('example_value')} against label "
+                            f"{info.get('example_label')}, over {info.get('compared')} samples{equal}. The accuracy "
+                            "computed from it says nothing about the model.",
+                    evidence={"comparisons": n} | info)]

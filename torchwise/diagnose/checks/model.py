@@ -241,3 +241,28 @@ def _decide_symmetry(w) -> list[Finding]:
                     evidence={"layer": r["name"], "units": r["units"], "steps_still_identical": r["last"] - r["start"],
                               "layers": len(stuck)})]
 
+
+# --------------------------------------------------------------------------- model outputs
+
+def _out_tensors(out, depth: int = 0) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if depth > 1:
+        return []
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    found = []
+    for item in items:
+        found += _out_tensors(item, depth + 1)
+        if len(found) >= 4:
+            break
+    return found[:4]
+
+
+def on_root_output(w, module, out) -> None:
+    """A watched model's forward has returned (deep steps). Its output is followed for the accuracy check."""
+    from torchwise.diagnose.checks.losses import remember
+    tensors = _out_tensors(out)
+    for t in tensors[:1]:
+        if t.is_floating_point() and t.dim() >= 1:
+            remember(w.followed, t, "out")
+
