@@ -337,6 +337,17 @@ _, pred = torch.max(out, 1)        # the second result holds the class indices
 pred = out.argmax(dim=1)           # or simply this
 correct += (pred == y).sum().item()
 """),
+    _e("eval-without-no-grad", "warning", "Evaluation forwards build an autograd graph that is never used",
+       "Without torch.no_grad() (or torch.inference_mode()) every forward keeps its activations for a "
+       "backward() that never comes: evaluation takes about twice the memory (a common cause of CUDA "
+       "out-of-memory in the validation loop) and runs slower.",
+       """
+model.eval()
+with torch.no_grad():              # or torch.inference_mode()
+    for x, y in val_loader:
+        val_loss += criterion(model(x), y).item()
+model.train()
+"""),
 ]}
 
 
@@ -389,6 +400,8 @@ DETECTED_BY: dict[str, str] = {
                       "at the first checked step and still equal 3+ optimizer steps later",
     "compare-values-not-indices": "eq/ne between the values of max/topk over a dim of a model output and an integer "
                                   "tensor",
+    "eval-without-no-grad": "a model forward with gradients enabled whose graph no backward() reaches within the "
+                            "next 2 optimizer steps",
 }
 
 

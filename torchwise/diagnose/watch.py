@@ -360,11 +360,12 @@ class Watcher:
         self._bw_ids: dict[int, weakref.ref] = {}
         self._bw_refs: list[tuple[int, weakref.ref]] = []
         self.retained_losses = 0
-        # evidence of symmetric-init, compare-values-not-indices
+        # evidence of symmetric-init, compare-values-not-indices, eval-without-no-grad
         # (gathered and decided in checks/model.py, losses.py)
         self.followed: dict[int, tuple[weakref.ref, str]] = {}  # model outputs and max/topk values of them
         self.last_layer: dict[int, int] = {}                    # root id -> last Linear/Conv its forward ran
         self.param_init_where: dict[int, str | None] = {}
+        self.graph_uses: list[dict] = []
         self.symmetry: dict[str, Any] = {"scanned": set(), "done": set(), "cands": {}}
         # phases and data
         self._phase: str | None = None
@@ -1077,6 +1078,8 @@ class Watcher:
         self.steps += 1
         self._stepped_since_backward = True
         self._backward_since_step = 0
+        if self.graph_uses:
+            _model_checks.settle_graph_uses(self)
         if self._cur_pass is not None and not self._cur_pass.closed:
             self._cur_pass.steps += 1
         if self._after_epoch:

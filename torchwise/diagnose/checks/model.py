@@ -113,6 +113,7 @@ def decide(w, ls: dict) -> list[Finding]:
                                evidence={"dead_fraction": fr[-1], "units": rec["units"], "checks": len(fr)}))
             break
     out.extend(_decide_symmetry(w))
+    out.extend(_decide_graph_uses(w))
     # non-finite values
     ni = w.nonfinite_input
     if ni is not None and (ls["first_bad"] is None or ni["step"] <= (ls["first_bad_step"] or 0)):
@@ -242,7 +243,7 @@ def _decide_symmetry(w) -> list[Finding]:
                               "layers": len(stuck)})]
 
 
-# --------------------------------------------------------------------------- model outputs
+# --------------------------------------------------------------------------- eval-without-no-grad
 
 def _out_tensors(out, depth: int = 0) -> list:
     if isinstance(out, torch.Tensor):
@@ -259,10 +260,54 @@ def _out_tensors(out, depth: int = 0) -> list:
 
 
 def on_root_output(w, module, out) -> None:
-    """A watched model's forward has returned (deep steps). Its output is followed for the accuracy check."""
+    """A watched model's forward has returned (deep steps). Its output is followed for the accuracy check;
+    with gradients on, a hook on its graph tells whether any backward() ever reaches it."""
     from torchwise.diagnose.checks.losses import remember
     tensors = _out_tensors(out)
     for t in tensors[:1]:
         if t.is_floating_point() and t.dim() >= 1:
             remember(w.followed, t, "out")
+    if not torch.is_grad_enabled() or len(w.graph_uses) >= 256:
+        return
+    nodes = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    if not nodes:
+        return  # nothing requires grad (a frozen model): no graph is kept
+    from torchwise.diagnose.watch import user_where
+    flag = [False]  # the hook holds only this: no reference cycle through the graph's nodes
 
+    def reached(grad_outputs, flag=flag):
+        flag[0] = True
+
+    w.graph_uses.append({"step": w.steps, "reached": flag, "handles": [n.register_prehook(reached) for n in nodes],
+                         "training": module.training, "where": user_where(),
+                         "samples": int(tensors[0].shape[0]) if tensors[0].dim() else 1})
+
+
+def settle_graph_uses(w) -> None:
+    """After each optimizer step: a forward whose graph no backward() reached within 2 steps never will
+    (a GAN's generator output is reached one optimizer step later, by the generator's backward)."""
+    keep = []
+    for rec in w.graph_uses:
+        if not rec["reached"][0] and w.steps - rec["step"] < 2:
+            keep.append(rec)
+            continue
+        for h in rec["handles"]:
+            h.remove()
+        if not rec["reached"][0]:
+            u = w.hit_info.setdefault("eval-without-no-grad", {"forwards": 0, "samples": 0, "in_eval_mode": 0})
+            u["forwards"] += 1
+            u["samples"] += rec["samples"]
+            u["in_eval_mode"] += not rec["training"]
+            w.hit_where.setdefault("eval-without-no-grad", rec["where"])
+    w.graph_uses = keep
+
+
+def _decide_graph_uses(w) -> list[Finding]:
+    u = w.hit_info.get("eval-without-no-grad")
+    if not u or u["forwards"] < 2:
+        return []
+    return [Finding("eval-without-no-grad", where=w.hit_where.get("eval-without-no-grad"),
+                    message=f"{u['forwards']} forward pass(es) ({u['samples']} samples; {u['in_eval_mode']} in eval "
+                            "mode) ran with gradients enabled, and no backward() reached their graph: autograd kept "
+                            "their activations for nothing.",
+                    evidence=dict(u))]

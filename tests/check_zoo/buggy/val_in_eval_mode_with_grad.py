@@ -1,4 +1,5 @@
-# Validation in eval mode but without torch.no_grad() (only wasteful), then back to train mode.
+# expect: eval-without-no-grad
+# Validation in eval mode but without torch.no_grad(): each validation forward builds a graph nobody uses.
 import torch
 import torch.nn as nn
 
