@@ -183,6 +183,54 @@ def test_driven_watcher_hunts_the_module_that_makes_a_nan_after_a_skipped_step()
     assert found["nonfinite-loss"].evidence["culprit"] == "Sequential.0 (Sqrt)"
 
 
+def test_watch_with_a_given_model_finds_unscaled_accumulation_max_values_and_unused_graphs():
+    x, y = data()
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(TensorDataset(x[:512], y[:512]), batch_size=32, shuffle=True)
+    with torchwise.watch(model, opt, print_findings=False, deep_every=1) as w:
+        for epoch in range(3):
+            for i, (xb, yb) in enumerate(loader):
+                nn.functional.cross_entropy(model(xb), yb).backward()   # not divided by the 2 batches
+                if i % 2 == 1:
+                    opt.step()
+                    opt.zero_grad()
+            values, _ = model(x[512:]).max(1)                           # with gradients; values, not indices
+            print((values == y[512:]).float().mean().item())
+    found = {f.id: f for f in w.findings()}
+    assert {"accumulation-unscaled", "compare-values-not-indices", "eval-without-no-grad"} <= set(found)
+    assert found["accumulation-unscaled"].evidence["batches_per_step"] == 2
+    assert found["compare-values-not-indices"].evidence["compared"] == 128
+    assert found["eval-without-no-grad"].evidence["forwards"] == 2  # the last one has no step after it
+
+
+def test_watch_is_quiet_on_scaled_accumulation_and_two_backwards_on_one_batch():
+    x, y = data()
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(TensorDataset(x[:512], y[:512]), batch_size=32, shuffle=True)
+    with torchwise.watch(print_findings=False) as w:
+        for epoch in range(4):
+            for i, (xb, yb) in enumerate(loader):
+                if epoch % 2 == 0:  # two batches accumulated per step, each loss divided by 2
+                    (nn.functional.cross_entropy(model(xb), yb) / 2).backward()
+                    if i % 2 == 0:
+                        continue
+                else:               # two backward() calls on one batch (a GAN's discriminator does this)
+                    out = model(xb)
+                    nn.functional.cross_entropy(out[:16], yb[:16]).backward(retain_graph=True)
+                    nn.functional.cross_entropy(out[16:], yb[16:]).backward()
+                opt.step()
+                opt.zero_grad()
+            with torch.no_grad():
+                _, pred = torch.max(model(x[512:]), 1)
+                print((pred == y[512:]).float().mean().item())
+    # (the loss curve mixes halved and whole losses: the loss-curve check may speak, these may not)
+    assert not {f.id for f in w.findings()} & {"accumulation-unscaled", "compare-values-not-indices",
+                                                 "eval-without-no-grad", "symmetric-init"}
+    assert w.hits.get("accumulation-unscaled:n", 0) > 20
+
+
 def test_driven_watcher_finds_symmetric_hidden_units_but_not_a_zero_head():
     def model(constant: bool):
         m = nn.Sequential(nn.Linear(10, 32), nn.Tanh(), nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 2))
@@ -199,3 +247,25 @@ def test_driven_watcher_finds_symmetric_hidden_units_but_not_a_zero_head():
     w, _, _ = _driven_loop(model(False), nn.CrossEntropyLoss(), steps=40)
     assert w.findings() == []
 
+
+def test_driven_watcher_leaves_accumulation_to_the_loop_it_is_told_about():
+    # the Trainer tells observe_backward() the raw loss and backpropagates it weighted by micro-batch
+    # size: only a patched torch.autograd.backward sees the tensor really used, so driven mode does not judge
+    x, y = data()
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    w = Watcher(deep_first=3, deep_every=10)
+    w.attach(model, opt, driven=True)
+    w.phase("train")
+    for step in range(30):
+        opt.zero_grad()
+        for half in (slice(0, 16), slice(16, 32)):
+            i = (step * 32) % 608
+            with w.loss_scope():
+                loss = nn.functional.cross_entropy(model(x[i:i + 32][half]), y[i:i + 32][half])
+            w.observe_backward(loss)
+            (loss * 0.5).backward()
+        opt.step()
+        w.end_step(loss=loss.item())
+    w.detach()
+    assert w.findings() == [] and w.accum is None

@@ -348,6 +348,19 @@ with torch.no_grad():              # or torch.inference_mode()
         val_loss += criterion(model(x), y).item()
 model.train()
 """),
+    _e("accumulation-unscaled", "warning", "Gradient accumulation sums unscaled losses",
+       "backward() adds gradients up: with k batches accumulated per optimizer step and each loss not "
+       "divided by k, every step uses k times the mean gradient, which is the same as a k times larger "
+       "learning rate (and makes the LR depend on the accumulation setting).",
+       """
+accum = 4
+for i, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum      # each batch counts 1/accum of the step
+    loss.backward()
+    if (i + 1) % accum == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+"""),
 ]}
 
 
@@ -402,6 +415,8 @@ DETECTED_BY: dict[str, str] = {
                                   "tensor",
     "eval-without-no-grad": "a model forward with gradients enabled whose graph no backward() reaches within the "
                             "next 2 optimizer steps",
+    "accumulation-unscaled": "k > 1 backward() calls between two steps of one optimizer (gradients not cleared), each "
+                             "on a new training batch and on the loss function's output tensor itself",
 }
 
 

@@ -64,7 +64,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from torchwise.diagnose.catalog import Finding
-from torchwise.diagnose.checks import losses as _losses_checks, model as _model_checks
+from torchwise.diagnose.checks import losses as _losses_checks, model as _model_checks, optim as _optim_checks
 
 
 def _quiet():
@@ -360,13 +360,15 @@ class Watcher:
         self._bw_ids: dict[int, weakref.ref] = {}
         self._bw_refs: list[tuple[int, weakref.ref]] = []
         self.retained_losses = 0
-        # evidence of symmetric-init, compare-values-not-indices, eval-without-no-grad
-        # (gathered and decided in checks/model.py, losses.py)
+        # evidence of symmetric-init, compare-values-not-indices, eval-without-no-grad, accumulation-unscaled
+        # (gathered and decided in checks/model.py, losses.py, optim.py)
         self.followed: dict[int, tuple[weakref.ref, str]] = {}  # model outputs and max/topk values of them
+        self.loss_outs: dict[int, tuple[weakref.ref, str]] = {}  # tensors returned by loss functions
         self.last_layer: dict[int, int] = {}                    # root id -> last Linear/Conv its forward ran
         self.param_init_where: dict[int, str | None] = {}
         self.graph_uses: list[dict] = []
         self.symmetry: dict[str, Any] = {"scanned": set(), "done": set(), "cands": {}}
+        self.accum: dict[int, dict] | None = None               # per optimizer; only with the backward patch
         # phases and data
         self._phase: str | None = None
         self.passes: list[PassInfo] = []
@@ -842,6 +844,8 @@ class Watcher:
     def _on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any) -> None:
         if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
+        if isinstance(out, torch.Tensor):
+            _losses_checks.remember(self.loss_outs, out, "loss")
         if self.loss_where.get(kind) is None:
             self.loss_where[kind] = user_where()
         where = self.loss_where[kind]
@@ -870,11 +874,14 @@ class Watcher:
             try:
                 with _quiet():
                     watcher._on_backward(tensors)
+                    if watcher._deep:
+                        _optim_checks.accum_on_backward(watcher, tensors)
             except Exception:
                 pass
             return original(tensors, *args, **kwargs)
 
         backward.__wrapped__ = original  # type: ignore[attr-defined]
+        self.accum = {}
         self._patches.append((torch.autograd, "backward", original))
         torch.autograd.backward = backward
 
@@ -1041,6 +1048,8 @@ class Watcher:
         if self.step_where is None:
             self.step_where = user_where()
         self._verdict_grad_clearing(opt)
+        if self.accum is not None:
+            _optim_checks.accum_on_step(self, opt)
         if self._pending_evalmode_train is not None:
             self._hit("train-mode-missing", where=self._pending_evalmode_train)
             self._pending_evalmode_train = None
