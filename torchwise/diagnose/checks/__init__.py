@@ -52,7 +52,7 @@ _CONSEQUENCES = {
 _EXPLAINS_FLAT_LOSS = {"softmax-before-loss", "double-sigmoid", "wrong-loss-for-task", "params-not-in-optimizer",
                        "unregistered-submodules", "no-gradient-flow", "lr-too-low", "vanishing-gradients",
                        "no-shuffle", "train-mode-missing", "labels-not-zero-based", "output-classes-mismatch",
-                       "nonfinite-loss"}
+                       "nonfinite-loss", "symmetric-init", "scheduler-stepped-per-batch", "clip-scaled-gradients"}
 
 
 def _drop_consequences(found: list[Finding]) -> list[Finding]:
