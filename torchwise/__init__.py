@@ -29,6 +29,7 @@ _LAZY = {
     "lr_find": "torchwise.diagnose.lr_find",
     "tune": "torchwise.tune",
     "tune_loader": "torchwise.data.tune_loader",
+    "class_weights": "torchwise.data.class_weights",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -90,6 +90,9 @@ class TrainConfig:
     scheduler: Literal["none", "onecycle", "cosine", "step", "plateau"] = _opt("cosine", "learning-rate schedule")
     warmup_steps: int = _opt(0, "linear warm-up steps", min=0)
     accumulate: int = _opt(1, "micro-batches per optimizer step", min=1)
+    class_weights: Literal["none", "balanced"] = _opt(
+        "none", "classification: weight the loss per class from the TRAINING split's counts; balanced: "
+                "n / (classes * count of the class), so rare classes count more (the weights are in meta.json)")
     clip_grad_norm: float | None = _opt(None, "clip the gradient norm to this value", min=0.0, min_open=True)
     early_stopping: int | None = _opt(None, "stop after this many evaluations without val_loss improving", min=1)
     seed: int = _opt(0, "seed for the split, the augmentations and the weights", min=0)
@@ -415,7 +418,20 @@ def resolve(*, config_file: str | Path | None = None, base: RunConfig | None = N
         config = load_yaml(config_file, config)
     overrides = {FLAG_KEYS[dest]: value for dest, value in (flags or {}).items()
                  if dest in FLAG_KEYS and value is not None}
-    return apply_overrides(config, overrides, sets)
+    return check_consistency(apply_overrides(config, overrides, sets))
+
+
+def check_consistency(config: RunConfig) -> RunConfig:
+    """Keys that contradict each other, checked once every layer is applied (a later layer may fix an
+    earlier one). A regression detected from the CSV (problem=auto) is refused the same way once the
+    data is read (torchwise.data.tasks)."""
+    if config.train.class_weights != "none" and config.data.problem == "regression":
+        raise ConfigError("train.class_weights is for classification, but data.problem is regression.",
+                          values={"train.class_weights": config.train.class_weights,
+                                  "data.problem": config.data.problem},
+                          fix="drop train.class_weights (or set it to none); class weights apply to the "
+                              "cross-entropy loss of class labels")
+    return config
 
 
 def describe() -> str:

@@ -235,7 +235,7 @@ def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
     t = config.train
     return Trainer(
         model, optimizer=_optimizer_factory(t), train_data=task.train, val_data=task.val,
-        task=task.problem, max_epochs=t.epochs, max_steps=t.max_steps, batch_size=t.batch_size,
+        loss=task.loss(), task=task.problem, max_epochs=t.epochs, max_steps=t.max_steps, batch_size=t.batch_size,
         eval_batch_size=t.eval_batch_size,
         accumulate=t.accumulate, clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
         seed=t.seed, deterministic=t.deterministic, out_dir=run_dir, checkpoint_every=t.checkpoint_every,
@@ -322,6 +322,11 @@ def _log_data(task, log) -> None:
 
 def _log_loss(config, task, log) -> None:
     """Say which loss trains the model when it is not the plain default, and the validation batch."""
+    if task.class_weights is not None:
+        from torchwise.data.tasks import describe_class_weights
+
+        log(f"loss: cross-entropy weighted per class (train.class_weights={config.train.class_weights}; "
+            f"training loss and val_loss): {describe_class_weights(task)}")
     if config.train.eval_batch_size is not None:
         log(f"data: validation and evaluation batches of {config.train.eval_batch_size} "
             f"(training batches of {config.train.batch_size})")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from torchwise.config import RunConfig
-from torchwise.errors import TorchwiseError
+from torchwise.errors import ConfigError, TorchwiseError
 
 SPLIT_FILE = "split.json"
 # Side used for torchvision architectures when data.image_size is not set: what they were designed for.
@@ -42,12 +42,26 @@ class Task:
     # data.augment_on=device: the Trainer's batch_augment / batch_eval (torchwise.data.device_augment)
     batch_augment: Any = None
     batch_eval: Any = None
+    # train.class_weights: {"scheme", "computed_from", "values" (class order), "train_counts"}; None: unweighted
+    class_weights: dict[str, Any] | None = None
 
     def meta(self) -> dict[str, Any]:
         """final/meta.json content (docs/CONTRACTS.md)."""
-        return {"task": self.kind, "problem": self.problem, "model": self.model_kwargs,
+        meta = {"task": self.kind, "problem": self.problem, "model": self.model_kwargs,
                 "class_names": self.class_names, "input_size": self.input_size,
                 "mean": self.mean, "std": self.std, **self.meta_extra}
+        if self.class_weights is not None:
+            meta["class_weights"] = self.class_weights
+        return meta
+
+    def loss(self) -> Any:
+        """The training (and validation) loss the CLI gives the Trainer: None (the Trainer's default),
+        or a CrossEntropyLoss weighted per class by train.class_weights."""
+        if self.class_weights is None:
+            return None
+        from torchwise.data.class_weights import DeviceCrossEntropyLoss
+
+        return DeviceCrossEntropyLoss(weight=self.class_weights["values"])
 
 
 def is_csv(path: str | Path) -> bool:
@@ -78,10 +92,57 @@ def prepare_task(config: RunConfig, run_dir: str | Path | None, *, progress: boo
         raise TorchwiseError("No data given.", values={"data.path": None},
                              fix="pass --data FOLDER (class folders) or --data FILE.csv --target COLUMN")
     if is_csv(config.data.path):
-        return _prepare_tabular(config, run_dir)
-    if log is None:
-        log = print if os.environ.get("RANK", "0") == "0" else (lambda _line: None)
-    return _prepare_image(config, run_dir, progress=progress, log=log)
+        task = _prepare_tabular(config, run_dir)
+    else:
+        if log is None:
+            log = print if os.environ.get("RANK", "0") == "0" else (lambda _line: None)
+        task = _prepare_image(config, run_dir, progress=progress, log=log)
+    if task.class_weights is not None:
+        task.summary["class_weights"] = describe_class_weights(task)
+    return task
+
+
+def _class_weights(config: RunConfig, problem: str, train_labels: Any, class_names: list[str]
+                   ) -> dict[str, Any] | None:
+    """train.class_weights from the TRAINING split's labels (never the validation split's)."""
+    scheme = config.train.class_weights
+    if scheme == "none":
+        return None
+    if problem != "classification":
+        raise ConfigError("train.class_weights is for classification, but this task is a regression.",
+                          values={"train.class_weights": scheme, "problem": problem,
+                                  "target": config.data.target},
+                          fix="drop --set train.class_weights (or set it to none); class weights apply to the "
+                              "cross-entropy loss of class labels")
+    from torchwise.data.class_weights import class_weights
+
+    labels = [int(label) for label in train_labels]
+    counts = [0] * len(class_names)
+    for label in labels:
+        counts[label] += 1
+    empty = [name for name, count in zip(class_names, counts) if count == 0]
+    if empty:
+        raise ConfigError(f"train.class_weights={scheme} needs every class in the training split, but some have "
+                          "no training samples (their weight would be infinite).",
+                          values={"classes without training samples": empty,
+                                  "train counts": dict(zip(class_names, counts))},
+                          fix="add training samples of these classes (or move some from val/ to train/), drop "
+                              "the classes, or set train.class_weights=none")
+    weights = class_weights(labels, num_classes=len(class_names), scheme=scheme)
+    # 9 significant digits: the exact float32 weight the loss uses, without float32 noise in meta.json
+    return {"scheme": scheme, "computed_from": "training split", "values": [float(f"{w:.9g}") for w in weights],
+            "train_counts": counts}
+
+
+def describe_class_weights(task: Task, limit: int = 10) -> str:
+    """One line for the run log and the report: the scheme and each class's weight (and count)."""
+    cw = task.class_weights
+    if cw is None:
+        return "none (unweighted loss)"
+    items = [f"{name} {w:.4g} ({n})" for name, w, n in zip(task.class_names, cw["values"], cw["train_counts"])]
+    if len(items) > limit:
+        items = items[:limit] + [f"... ({len(items)} classes, all in meta.json)"]
+    return f"{cw['scheme']}, from the {sum(cw['train_counts'])} training samples: " + ", ".join(items)
 
 
 # ----------------------------------------------------------------------------- images
@@ -101,6 +162,7 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
                              fix="drop --problem (or set it to classification)")
     scan = imagefolder.scan_image_folder(d.path, val_fraction=d.val_fraction, seed=config.train.seed,
                                          progress=progress, keep_decoded=d.cache != "off")
+    weights = _class_weights(config, "classification", [label for _, label in scan.train], scan.class_names)
     model_name = resolve_model_name(config.model.name, "image")
     gray = d.channels == "gray" or (d.channels == "auto" and scan.grayscale)
     mode, channels = ("L", 1) if gray else ("RGB", 3)
@@ -156,7 +218,7 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
         summary=summary,
         meta_extra={"image": {"mode": mode, "size": side, "center_crop": d.center_crop}},
         val_image=val_ds.load_image, val_ids=[p for p, _ in scan.val],
-        batch_augment=batch_augment, batch_eval=batch_eval,
+        batch_augment=batch_augment, batch_eval=batch_eval, class_weights=weights,
     )
 
 
@@ -226,6 +288,7 @@ def _prepare_tabular(config: RunConfig, run_dir: str | Path | None) -> Task:
     d = config.data
     data = tabular.load_tabular(d.path, d.target, problem=d.problem, val_fraction=d.val_fraction,
                                 seed=config.train.seed, missing=d.missing, max_categories=d.max_categories)
+    weights = _class_weights(config, data.problem, data.y_train, data.class_names)
     model_name = resolve_model_name(config.model.name, "tabular")
     n_features = len(data.mean)
     args = (data.mean, data.std, data.problem, data.target_mean, data.target_std)
@@ -242,6 +305,7 @@ def _prepare_tabular(config: RunConfig, run_dir: str | Path | None) -> Task:
                       "freeze_backbone": config.model.freeze_backbone},
         summary=data.summary(), meta_extra={"tabular": data.tabular_meta()},
         val_ids=[f"row {r + 2}" for r in data.val_rows],  # +2: 1-based line numbers after the header
+        class_weights=weights,
     )
 
 
