@@ -257,6 +257,7 @@ nn.GroupNorm(num_groups=8, num_channels=c)      # conv nets;  nn.LayerNorm(d) fo
        """
 counts = torch.bincount(y_train, minlength=num_classes).float()
 criterion = nn.CrossEntropyLoss(weight=counts.sum() / (len(counts) * counts))
+# the same: nn.CrossEntropyLoss(weight=torchwise.class_weights(y_train));  CLI: --set train.class_weights=balanced
 # or sample balanced batches: WeightedRandomSampler(weights=1.0 / counts[y_train], num_samples=len(y_train))
 """),
     _e("scheduler-stepped-per-batch", "error", "An epoch-based LR scheduler is stepped after every batch",
