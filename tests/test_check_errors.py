@@ -213,20 +213,34 @@ def test_dataloader_worker_killed_by_the_oom_killer_or_a_bus_error():
     assert "killed by signal Bus error" in text and "/dev/shm" in text and "--shm-size" in text
 
 
-def test_master_port_already_in_use(monkeypatch):
+def test_master_port_already_in_use():
     import socket
+    import subprocess
+    import sys
 
-    import torch.distributed as dist
-
-    with socket.socket() as taken:   # another run holds the port
-        taken.bind(("", 0))
-        taken.listen(1)
-        port = taken.getsockname()[1]
-        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-        monkeypatch.setenv("MASTER_PORT", str(port))
-        exc = error_of(lambda: dist.init_process_group("gloo", rank=0, world_size=1))
-    assert not dist.is_initialized()
-    text = translate(exc)
+    # In a child process: a failed init_process_group leaves this process's group counter advanced,
+    # so a later two-process group here (the DDP zoo scripts) would name its store keys differently
+    # from its peer's and never meet it.
+    program = """
+import os, socket, sys
+import torch.distributed as dist
+from torchwise.diagnose.errors import translate
+with socket.socket() as taken:   # another run holds the port
+    taken.bind(("", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    except Exception as exc:
+        assert not dist.is_initialized()
+        print(port)
+        print(translate(exc))
+"""
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    port_line, text = proc.stdout.split("\n", 1)
+    port = int(port_line)
     assert f"could not listen on port {port} (MASTER_PORT={port})" in text
     assert f"--master-port={port + 1}" in text and "--standalone" in text and "localhost:0" in text
     with socket.socket() as taken, socket.socket() as other:   # the same errno outside torch.distributed

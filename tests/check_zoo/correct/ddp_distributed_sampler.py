@@ -2,6 +2,7 @@
 
 Rank 0 is this process; it starts rank 1 itself, so the script also runs as a plain `python script.py`.
 """
+import datetime
 import os
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 child = None
 if "RANK" in os.environ:  # under torchrun
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 else:
     if len(sys.argv) > 1:  # rank 1, started below
         rank, port = 1, int(sys.argv[1])
@@ -27,7 +28,8 @@ else:
             port = s.getsockname()[1]
         rank = 0
         child = subprocess.Popen([sys.executable, __file__, str(port)])
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))  # a peer that never comes fails, not hangs
 rank = dist.get_rank()
 
 torch.manual_seed(0)
