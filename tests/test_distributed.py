@@ -148,9 +148,19 @@ def test_cli_train_on_two_processes(image_folder, tmp_path):
     """`torchwise train --nproc 2` launches itself through torchrun; rank 0 alone writes the run."""
     from conftest import run_cli
 
+    def train(run_dir):
+        common = ["--data", image_folder, "--out", run_dir, "--model", "smallcnn", "--batch-size", "8", "--seed", "0"]
+        return run_cli("train", *common, "--epochs", "2", "--nproc", "2", "--quiet", timeout=300)
+
     run_dir = tmp_path / "run"
-    common = ["--data", image_folder, "--out", run_dir, "--model", "smallcnn", "--batch-size", "8", "--seed", "0"]
-    proc = run_cli("train", *common, "--epochs", "2", "--nproc", "2", "--quiet", timeout=300)
+    proc = train(run_dir)
+    if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
+        # Seen once in CI on a loaded 2-core machine: a rank aborted inside torch's C++ (std::terminate,
+        # no Python traceback) 4 s after start, never reproduced since. One retry for that signature
+        # only, reported in the output; any other failure, or the same one twice, fails the test.
+        print("retrying after a C++ abort of a rank:", proc.stderr[-500:])
+        run_dir = tmp_path / "run-retry"
+        proc = train(run_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("done: val accuracy") == 1  # reported once, by rank 0
     n_train = len(json.loads((run_dir / "split.json").read_text())["train"])
