@@ -86,26 +86,21 @@ def test_targets_that_are_not_class_indices_are_errors():
             torchwise.class_weights([0, 1], num_classes=bad)
 
 
-def test_the_cli_loss_is_cross_entropy_whose_weight_follows_the_outputs_device():
-    """The CLI builds the loss before the Trainer picks the device: the weight must follow the outputs
-    (checked with the 'meta' device, which needs no GPU), once per device, and track changes."""
-    from torchwise.data.class_weights import DeviceCrossEntropyLoss
+def test_a_loss_module_with_a_weight_moves_to_the_trainers_device():
+    """The CLI (and a user) builds CrossEntropyLoss(weight=...) before the Trainer picks the device;
+    the Trainer moves a loss module with the model, so its weight sits where the outputs are."""
+    from torch.utils.data import TensorDataset
 
-    loss = DeviceCrossEntropyLoss(weight=[1.0, 3.0], label_smoothing=0.1)
-    x, y = torch.randn(6, 2, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 1, 0, 0, 0])
-    reference = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 3.0]), label_smoothing=0.1)
-    torch.testing.assert_close(loss(x, y), reference(x, y))
-    out = loss(x.to("meta"), y.to("meta"))
-    assert out.device.type == "meta" and loss.weight.device.type == "cpu"
-    copy = loss._weight_on[torch.device("meta")][2]
-    loss(x.to("meta"), y.to("meta"))
-    assert loss._weight_on[torch.device("meta")][2] is copy  # copied once, not at every step
-    with torch.no_grad():
-        loss.weight[1] = 5.0
-    loss(x.to("meta"), y.to("meta"))
-    assert loss._weight_on[torch.device("meta")][2] is not copy
-    reference = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 5.0]), label_smoothing=0.1)
-    torch.testing.assert_close(loss(x, y), reference(x, y))
+    loss = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 3.0]))
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))
+    trainer = torchwise.Trainer(nn.Linear(4, 2), loss=loss, train_data=TensorDataset(x, (x[:, 0] > 0).long()),
+                                val_data=TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8, eval_batch_size=32,
+                                progress=False)  # one validation batch: weighted means per batch do not add up
+    trainer.fit()
+    assert trainer.loss_fn is loss and loss.weight.device == trainer.device
+    with torch.inference_mode():
+        expected = nn.functional.cross_entropy(trainer.model(x), (x[:, 0] > 0).long(), weight=torch.tensor([1.0, 3.0]))
+    assert abs(trainer.evaluate()["val_loss"] - float(expected)) < 1e-5  # validation uses the weighted loss
 
 
 def test_exported_lazily_from_the_package():

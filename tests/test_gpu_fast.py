@@ -98,3 +98,9 @@ def test_sync_free_and_prefetch_match_the_plain_gpu_path():
     trainer, fast, _ = run(["sync_free", "prefetch"])
     assert {"sync_free", "prefetch"} <= trainer.fast_plan.on
     close(fast, plain)
+
+
+def test_a_weighted_loss_built_on_the_cpu_trains_on_the_gpu():
+    loss = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 3.0]))  # as the CLI's class_weights builds it
+    trainer, seen, _ = run("auto", loss=loss)
+    assert loss.weight.is_cuda and len(seen) == 12

@@ -93,28 +93,3 @@ def class_weights(targets: Any, num_classes: int | None = None, scheme: str = "b
                               "check that the split kept at least one sample of every class in training")
     n = labels.numel()
     return (n / (k * counts.double())).float()
-
-
-class DeviceCrossEntropyLoss(torch.nn.CrossEntropyLoss):
-    """nn.CrossEntropyLoss(weight=...) whose weight follows the outputs to their device.
-
-    The CLI builds the loss before the Trainer has chosen the device (and under DDP each rank has its
-    own); a CPU weight tensor with CUDA outputs would fail at the first step. The weight is copied
-    once per device and the copy reused (no allocation per step, so CUDA graph capture is safe); in
-    every other respect this is CrossEntropyLoss (the `weight` buffer keeps the original values).
-    """
-
-    def __init__(self, weight: Any, **kwargs: Any):
-        super().__init__(weight=torch.as_tensor(weight, dtype=torch.float32), **kwargs)
-        # device -> (the weight it was copied from, that weight's version, the copy)
-        self._weight_on: dict[torch.device, tuple[torch.Tensor, int, torch.Tensor]] = {}
-
-    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        weight = self.weight
-        if weight is not None and weight.device != input.device:
-            cached = self._weight_on.get(input.device)
-            if cached is None or cached[0] is not weight or cached[1] != weight._version:  # changed since
-                cached = self._weight_on[input.device] = (weight, weight._version, weight.to(input.device))
-            weight = cached[2]
-        return torch.nn.functional.cross_entropy(input, target, weight=weight, ignore_index=self.ignore_index,
-                                                 reduction=self.reduction, label_smoothing=self.label_smoothing)

@@ -59,9 +59,10 @@ class Task:
         or a CrossEntropyLoss weighted per class by train.class_weights."""
         if self.class_weights is None:
             return None
-        from torchwise.data.class_weights import DeviceCrossEntropyLoss
+        import torch
 
-        return DeviceCrossEntropyLoss(weight=self.class_weights["values"])
+        # the Trainer moves a loss module to its device with the model
+        return torch.nn.CrossEntropyLoss(weight=torch.tensor(self.class_weights["values"], dtype=torch.float32))
 
 
 def is_csv(path: str | Path) -> bool:
@@ -121,7 +122,7 @@ def _class_weights(config: RunConfig, problem: str, train_labels: Any, class_nam
     for label in labels:
         counts[label] += 1
     empty = [name for name, count in zip(class_names, counts) if count == 0]
-    if empty:
+    if empty:  # said here by class name, with the CLI's way out
         raise ConfigError(f"train.class_weights={scheme} needs every class in the training split, but some have "
                           "no training samples (their weight would be infinite).",
                           values={"classes without training samples": empty,

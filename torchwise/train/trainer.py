@@ -457,6 +457,8 @@ class Trainer:
         self.device = choose_device(self.device_arg)
         self.precision = choose_precision(self.precision_arg, self.device)
         self.model.to(self.device)
+        if isinstance(self.loss_fn, nn.Module):  # its buffers (a CrossEntropyLoss weight) must sit with the outputs
+            self.loss_fn.to(self.device)
         self.evaluator = Evaluator(self.model, self.loss_fn, self.precision, self.device, self.task, self.metrics,
                                    self.dist)
         if self.batch_eval is not None:
