@@ -8,6 +8,7 @@ exactly what it would without us.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,6 @@ def _horizon(sched: Any) -> float | None:
     if kind == "CosineAnnealingLR":
         return float(sched.T_max)
     if kind == "ExponentialLR" and 0 < sched.gamma < 1:
-        import math
         return math.log(0.01) / math.log(sched.gamma)
     return None
 
@@ -51,7 +51,7 @@ class SchedulerCalls:
 class PlateauCalls:
     where: str | None = None
     calls: int = 0
-    without_eval: int = 0  # calls with no evaluating forward since the previous call
+    always_without_eval: bool = True  # no call so far had an evaluating forward since the previous one
 
 
 class CallProbes:
@@ -153,8 +153,9 @@ class CallProbes:
         rec = self.plateaus.setdefault(id(sched), PlateauCalls())
         evals = self.w.eval_forwards
         if evals == self._plateau_eval_mark.get(id(sched), 0):
-            rec.without_eval += 1
             rec.where = rec.where or user_where(3)
+        else:
+            rec.always_without_eval = False
         self._plateau_eval_mark[id(sched)] = evals
         rec.calls += 1
 

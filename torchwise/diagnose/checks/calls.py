@@ -15,11 +15,11 @@ def decide(w) -> list[Finding]:
             found.append(f)
     for rec in probes.plateaus.values():
         # every call came with no evaluation since the one before: the metric cannot be a validation one
-        if rec.calls >= 2 and rec.without_eval == rec.calls:
+        if rec.calls >= 2 and rec.always_without_eval:
             found.append(Finding("plateau-on-train-loss",
                                  f"ReduceLROnPlateau.step(metric) was called {rec.calls} times with no validation "
                                  "forward pass before any of them, so its metric comes from training.",
-                                 where=rec.where, evidence={"calls": rec.calls, "calls without evaluation": rec.calls}))
+                                 where=rec.where, evidence={"calls without evaluation": rec.calls}))
     if probes.clip_scaled is not None:
         c = probes.clip_scaled
         found.append(Finding("clip-scaled-gradients",
