@@ -104,3 +104,33 @@ def test_a_weighted_loss_built_on_the_cpu_trains_on_the_gpu():
     loss = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 3.0]))  # as the CLI's class_weights builds it
     trainer, seen, _ = run("auto", loss=loss)
     assert loss.weight.is_cuda and len(seen) == 12
+
+
+class _VariableWidthImages(torch.utils.data.Dataset):
+    def __init__(self, n=40):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.randn(3, 8, 8 + i % 12), i % 2
+
+
+def test_cudnn_benchmark_goes_off_when_input_shapes_keep_changing_and_comes_back_after_fit():
+    class Pooled(nn.Module):  # any width in, two logits out
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x).mean(dim=(2, 3))[:, :2]
+
+    torch.backends.cudnn.benchmark = False
+    trainer = torchwise.Trainer(Pooled(), train_data=_VariableWidthImages(), batch_size=1, device="cuda",
+                                progress=False, checks=False, num_workers=0)
+    trainer.fit()
+    assert trainer.cudnn_benchmark_off and "9 different sample shapes" in trainer.cudnn_benchmark_off
+    assert torch.backends.cudnn.benchmark is False  # the process' own setting, restored by fit()
+    fixed, _, _ = run("auto")  # fixed 3x8x8 images: benchmark mode stays on for the whole run
+    assert fixed.cudnn_benchmark_off is None

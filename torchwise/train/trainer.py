@@ -20,7 +20,7 @@ from torch import nn
 
 from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
 from torchwise.train import checkpoint as ckpt
-from torchwise.train import distributed
+from torchwise.train import distributed, shape_watch
 from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_across
 from torchwise.train.early_stop import EarlyStopping
@@ -208,6 +208,8 @@ class Trainer:
         self.files = RunFiles(self)  # checkpoints, best and final weights
         self._stop_requested = False
         self._timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
+        self._shape_watch: shape_watch.ShapeWatch | None = None
+        self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
 
     # ------------------------------------------------------------------ public API
     def on(self, event: str, fn: Callable[..., Any]) -> Handle:
@@ -345,6 +347,8 @@ class Trainer:
     def _one_step(self, micro: list, progress: Progress, log: Any) -> None:
         pos = self.pos
         measure_norm = (pos.step + 1) % self.log_every == 0
+        if self._shape_watch is not None:
+            self._watch_shapes(micro, progress)
         start = time.perf_counter()
         # loss.item() inside: the device is done when this returns
         result = self._step_with_compile_fallback(micro, measure_norm, progress)
@@ -389,6 +393,15 @@ class Trainer:
             pos.last_grad_norm = result.grad_norm
         self.events.emit("step_end", trainer=self, step=pos.step, loss=result.loss, lr=lr,
                          grad_norm=result.grad_norm, skipped=result.skipped)
+
+    def _watch_shapes(self, micro: list, progress: Progress) -> None:
+        for inputs, _, _ in micro:
+            why = self._shape_watch.see(inputs)
+            if why:
+                torch.backends.cudnn.benchmark = False  # fit() restores the process' own setting on return
+                self._shape_watch, self.cudnn_benchmark_off = None, why
+                progress.message(f"torchwise: {why}.")
+                return
 
     def _end_epoch(self, log: Any, progress: Progress, start_time: float) -> bool:
         stop = False
@@ -478,6 +491,8 @@ class Trainer:
         seed_everything(self.seed + self.dist.rank)
         self._setup_basics()
         self._determinism_note = configure_determinism(self.deterministic, cuda=self.device.type == "cuda")
+        # benchmark mode (on for speed) goes off again if the input shapes turn out to vary
+        self._shape_watch = shape_watch.ShapeWatch() if shape_watch.wanted(self.model, self.device) else None
         self.fast_plan = plan_fast(self.fast, self.device, self.model)
         apply_to_model(self.fast_plan, self.model)
         # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
