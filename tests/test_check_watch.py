@@ -269,3 +269,30 @@ def test_driven_watcher_leaves_accumulation_to_the_loop_it_is_told_about():
         w.end_step(loss=loss.item())
     w.detach()
     assert w.findings() == [] and w.accum is None
+
+
+def test_backward_and_step_inside_autocast_are_found_and_forward_only_autocast_is_quiet():
+    x, y = data()
+    for inside in (True, False):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        with torchwise.watch(print_findings=False) as w:
+            for epoch in range(2):
+                for i in range(0, 600, 40):
+                    opt.zero_grad()
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        loss = nn.functional.cross_entropy(model(x[i:i + 40]), y[i:i + 40])
+                        if inside:
+                            loss.backward()
+                            opt.step()
+                    if not inside:
+                        loss.backward()
+                        opt.step()
+        found = {f.id: f for f in w.findings()}
+        if inside:
+            ev = found["backward-in-autocast"].evidence
+            assert ev["backward calls in autocast"] == ev["backward calls"] == 30
+            assert ev["steps in autocast"] == ev["steps"] == 30 and ev["autocast"] == "cpu, bfloat16"
+        else:
+            assert found == {} and w.autocast_use["backward"] == w.autocast_use["step"] == 30

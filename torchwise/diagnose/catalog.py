@@ -362,6 +362,20 @@ for i, (x, y) in enumerate(loader):
         optimizer.step()
         optimizer.zero_grad()
 """),
+    _e("backward-in-autocast", "warning", "backward() or optimizer.step() runs inside the autocast block",
+       "autocast is meant to wrap the forward pass and the loss computation only: the PyTorch AMP documentation "
+       "advises against running backward under it. In eager mode it buys nothing (each backward op already runs in "
+       "the dtype autocast chose for its forward op), and it can cost: torch.compile'd regions trace their backward "
+       "under the forward's autocast, which has overflowed in fp16 where the eager backward did not (pytorch issue "
+       "153044), and whatever autocast-eligible work the update path does (a custom optimizer's or a clipping "
+       "helper's matmuls, metrics computed with matmuls) runs in reduced precision.",
+       """
+with torch.autocast("cuda", dtype=torch.bfloat16):   # the forward pass and the loss only
+    loss = criterion(model(x), y)
+loss.backward()                                     # after the block: backward ...
+optimizer.step()                                    # ... and the update in full precision
+# fp16 with a GradScaler, the same way: scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
+"""),
 ]}
 
 
@@ -418,6 +432,8 @@ DETECTED_BY: dict[str, str] = {
                             "next 2 optimizer steps",
     "accumulation-unscaled": "k > 1 backward() calls between two steps of one optimizer (gradients not cleared), each "
                              "on a new training batch and on the loss function's output tensor itself",
+    "backward-in-autocast": "torch.is_autocast_enabled(device type) is True, for the loss's device, when backward() "
+                            "starts, or for the parameters' device when optimizer.step() starts",
 }
 
 

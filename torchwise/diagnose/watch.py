@@ -153,6 +153,23 @@ def where_defined(obj: Any) -> str | None:
     return f"{_show_path(code.co_filename)}:{code.co_firstlineno}"
 
 
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast casts to on `device_type` right now, or None when autocast is off there."""
+    try:
+        on = torch.is_autocast_enabled(device_type)  # torch >= 2.4
+    except TypeError:  # the older signature: no argument for CUDA, its own function for the CPU
+        on = torch.is_autocast_cpu_enabled() if device_type == "cpu" else \
+            device_type == "cuda" and torch.is_autocast_enabled()
+    except RuntimeError:  # a device type autocast does not know (meta)
+        return None
+    if not on:
+        return None
+    try:
+        return torch.get_autocast_dtype(device_type)
+    except (AttributeError, RuntimeError):
+        return torch.bfloat16 if device_type == "cpu" else torch.float16  # autocast's defaults
+
+
 # --------------------------------------------------------------------------- records
 
 _MODE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
@@ -386,6 +403,10 @@ class Watcher:
         self.val_aug_candidates: list[dict] = []
         self.overfit_capture: dict | None = None
         self.eval_forwards = 0  # forwards under no_grad or in the eval phase (ReduceLROnPlateau's evidence)
+        # backward-in-autocast: backward()/step() calls checked, and those that started with autocast on
+        self.autocast_use: dict[str, Any] = {"backward": 0, "step": 0, "backward_in": 0, "step_in": 0,
+                                             "where": None, "where_step": None, "dtype": None, "device": None,
+                                             "first_step": None}
         self.calls: Any = None  # probes.CallProbes in global mode: schedulers, clipping, GradScaler, DDP
         self.capture_overfit = False
         self._findings: list[Finding] | None = None
@@ -885,7 +906,27 @@ class Watcher:
         self._patches.append((torch.autograd, "backward", original))
         torch.autograd.backward = backward
 
+    def _note_autocast(self, what: str, tensor: Any) -> None:
+        """backward-in-autocast: a backward() ("backward") or optimizer.step() ("step") starts; is autocast
+        still on for the device of `tensor` (the loss, or the optimizer's first parameter)?"""
+        if not isinstance(tensor, torch.Tensor):
+            return
+        use = self.autocast_use
+        use[what] += 1
+        dtype = autocast_dtype(tensor.device.type)
+        if dtype is None:
+            return
+        use[what + "_in"] += 1
+        key = "where" if what == "backward" else "where_step"
+        if use[key] is None:
+            use[key] = user_where()
+        if use["dtype"] is None:
+            use.update(dtype=str(dtype).replace("torch.", ""), device=tensor.device.type, first_step=self.steps)
+
     def _on_backward(self, tensors: Any) -> None:
+        first = tensors if isinstance(tensors, torch.Tensor) else (
+            tensors[0] if isinstance(tensors, (tuple, list)) and tensors else None)
+        self._note_autocast("backward", first)
         loss = tensors if isinstance(tensors, torch.Tensor) else (
             tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -1045,6 +1086,7 @@ class Watcher:
         self._add_optimizer(opt)
         for g in opt.param_groups:  # param groups added later with add_param_group
             self._opt_param_ids.update(id(p) for p in g["params"])
+        self._note_autocast("step", next((p for g in opt.param_groups for p in g["params"]), None))
         if self.step_where is None:
             self.step_where = user_where()
         self._verdict_grad_clearing(opt)

@@ -187,6 +187,7 @@ def decide(w, ls: dict) -> list[Finding]:
                                    evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
     w._lr_flags = {"high": lr_high, "low": lr_low, "exploding": exploding}
     out.extend(_decide_accumulation(w))
+    out.extend(_decide_autocast(w))
     return out
 
 
@@ -260,3 +261,26 @@ def _decide_accumulation(w) -> list[Finding]:
                             f"as is (not divided by {k}): the update is {k}x the mean gradient's, as with a {k}x "
                             "larger learning rate.",
                     evidence={"batches_per_step": k, "steps": hits, "steps_checked": checked})]
+
+
+# --------------------------------------------------------------------------- backward-in-autocast
+# watch.Watcher._note_autocast asks torch.is_autocast_enabled(device type) as each backward() and each
+# optimizer.step() starts: on means the call sits inside the script's `with torch.autocast(...)` block.
+
+def _decide_autocast(w) -> list[Finding]:
+    use = w.autocast_use
+    if not use["backward_in"] and not use["step_in"]:
+        return []
+    parts = []
+    if use["backward_in"]:
+        parts.append(f"{use['backward_in']} of {use['backward']} backward() calls")
+    if use["step_in"]:
+        parts.append(f"{use['step_in']} of {use['step']} optimizer.step() calls")
+    return [Finding("backward-in-autocast", where=use["where"] or use["where_step"],
+                    message=f"{' and '.join(parts)} started while autocast was still on ({use['device']}, "
+                            f"{use['dtype']}): they run inside the autocast region (a `with torch.autocast(...)` block, or a "
+                            f"function decorated with it), which should end once the loss is computed (first at "
+                            f"optimizer step {use['first_step']}).",
+                    evidence={"backward calls in autocast": use["backward_in"], "backward calls": use["backward"],
+                              "steps in autocast": use["step_in"], "steps": use["step"],
+                              "autocast": f"{use['device']}, {use['dtype']}"})]
