@@ -296,3 +296,112 @@ def test_backward_and_step_inside_autocast_are_found_and_forward_only_autocast_i
             assert ev["steps in autocast"] == ev["steps"] == 30 and ev["autocast"] == "cpu, bfloat16"
         else:
             assert found == {} and w.autocast_use["backward"] == w.autocast_use["step"] == 30
+
+
+def _texts(n=480, seed=0):
+    """Token-id texts of different lengths (4..150 tokens, most around 20) with a label each."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = (torch.randn(n, generator=g) * 0.5 + 3).exp().long().clamp(4, 150)
+    labels = torch.randint(0, 2, (n,), generator=g)
+    texts = [torch.randint(10, 100, (int(k),), generator=g) for k in lengths]
+    for t, label in zip(texts, labels):
+        t[0] = 1 + int(label)  # a token that gives the class away
+    return list(zip(texts, labels.tolist()))
+
+
+def _collate(fixed: int | None):
+    from torch.nn.utils.rnn import pad_sequence
+
+    def collate(batch):
+        x = pad_sequence([t for t, _ in batch], batch_first=True)
+        if fixed is not None:  # every batch padded to one length
+            x = nn.functional.pad(x[:, :fixed], (0, fixed - min(x.shape[1], fixed)))
+        return x, torch.tensor([label for _, label in batch])
+    return collate
+
+
+class _TextNet(nn.Module):
+    def __init__(self, conv: bool = True):
+        super().__init__()
+        self.emb = nn.Embedding(100, 16, padding_idx=0)
+        self.conv = nn.Conv1d(16, 16, 3, padding=1) if conv else None
+        self.rnn = None if conv else nn.GRU(16, 16, batch_first=True)
+        self.fc = nn.Linear(16, 2)
+
+    def forward(self, x):
+        h = self.emb(x)
+        h = self.conv(h.transpose(1, 2)).amax(2) if self.conv is not None else self.rnn(h)[0][:, -1]
+        return self.fc(h)
+
+
+@pytest.fixture
+def restore_benchmark():
+    before = torch.backends.cudnn.benchmark
+    yield
+    torch.backends.cudnn.benchmark = before
+
+
+def _fit(model, loader, epochs=2):
+    """A user's fit(): benchmark mode on for its duration, the process' setting restored at the end."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for epoch in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+    torch.backends.cudnn.benchmark = before
+
+
+def test_cudnn_benchmark_with_varying_shapes_is_read_while_training(restore_benchmark):
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    loader = DataLoader(_texts(), batch_size=16, shuffle=True, collate_fn=_collate(None))
+    with torchwise.watch(print_findings=False) as w:
+        _fit(_TextNet(), loader)
+    assert torch.backends.cudnn.benchmark is False  # restored: only the reads during training saw it on
+    found = {f.id: f for f in w.findings()}
+    ev = found["cudnn-benchmark-varying-shapes"].evidence
+    assert ev["sample shapes"] > 8 and ev["training forwards"] == 60 and ev["device"] == "cpu"
+    assert len(ev["first seen at steps"]) == 9 and ev["first seen at steps"] == sorted(ev["first seen at steps"])
+    assert "where the flag does nothing" in found["cudnn-benchmark-varying-shapes"].message
+    # one padded length, or a model without convolutions: benchmark mode costs nothing there
+    for model, collate in ((_TextNet(), _collate(64)), (_TextNet(conv=False), _collate(None))):
+        loader = DataLoader(_texts(), batch_size=16, shuffle=True, collate_fn=collate)
+        with torchwise.watch(print_findings=False) as w:
+            _fit(model, loader)
+        assert w.findings() == [], [f.id for f in w.findings()]
+
+
+def test_driven_watcher_never_reports_cudnn_benchmark(restore_benchmark):
+    torch.backends.cudnn.benchmark = True
+    model = _TextNet()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    w = Watcher(deep_first=100, deep_every=1)  # every step deep: the root hook sees every batch
+    w.attach(model, opt, driven=True)
+    w.phase("train")
+    for xb, yb in DataLoader(_texts(), batch_size=16, shuffle=True, collate_fn=_collate(None)):
+        opt.zero_grad()
+        with w.loss_scope():
+            loss = nn.functional.cross_entropy(model(xb), yb)
+        w.observe_backward(loss)
+        loss.backward()
+        opt.step()
+        w.end_step(loss=loss.item())
+    w.detach()
+    assert "cudnn-benchmark-varying-shapes" not in [f.id for f in w.findings()]
+    assert w.bench_shapes["shapes"] == {} and w.steps == 30
+
+
+def test_trainer_under_a_global_watch_is_reported_for_neither_benchmark_nor_autocast(restore_benchmark):
+    # on the CPU the Trainer turns cudnn.benchmark on (no cost there; on a GPU its own shape watch turns it
+    # off again) and runs bf16 autocast around forward and loss only: the script-level watch must stay quiet
+    torch.manual_seed(0)
+    loader = DataLoader(_texts(), batch_size=16, shuffle=True, collate_fn=_collate(None))
+    with torchwise.watch(print_findings=False) as w:
+        result = torchwise.Trainer(_TextNet(), lambda p: torch.optim.Adam(p, lr=3e-3), train_data=loader,
+                                   max_epochs=2, precision="bf16", progress=False).fit()
+    ids = {f.id for f in w.findings()} | {f["id"] for f in result.findings}
+    assert not ids & {"cudnn-benchmark-varying-shapes", "backward-in-autocast"}, ids
+    assert w.steps == 60 and w.autocast_use["backward"] > 0 and w.autocast_use["backward_in"] == 0

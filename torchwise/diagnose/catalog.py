@@ -376,6 +376,16 @@ loss.backward()                                     # after the block: backward 
 optimizer.step()                                    # ... and the update in full precision
 # fp16 with a GradScaler, the same way: scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
 """),
+    _e("cudnn-benchmark-varying-shapes", "warning", "cudnn.benchmark is on while the input shapes keep changing",
+       "With torch.backends.cudnn.benchmark = True, cuDNN times every convolution algorithm the first time it meets "
+       "an input shape and keeps the fastest. With fixed shapes that one search makes the run 5-20% faster; with "
+       "shapes that keep changing (texts of different lengths, images of different sizes) it searches again for "
+       "every new shape, and the run gets slower instead. The cost is paid on a GPU: on the CPU the flag does nothing.",
+       """
+torch.backends.cudnn.benchmark = False   # input sizes vary: leave benchmark mode off (its default)
+# or keep it on and make the shapes fixed: pad every text to one length (or to a few bucket lengths)
+x = nn.functional.pad(x, (0, max_len - x.shape[1]), value=pad_id)
+"""),
 ]}
 
 
@@ -434,6 +444,9 @@ DETECTED_BY: dict[str, str] = {
                              "on a new training batch and on the loss function's output tensor itself",
     "backward-in-autocast": "torch.is_autocast_enabled(device type) is True, for the loss's device, when backward() "
                             "starts, or for the parameters' device when optimizer.step() starts",
+    "cudnn-benchmark-varying-shapes": "torch.backends.cudnn.benchmark read at each training forward of a model with "
+                                      "convolution layers; more than 8 different per-sample input shapes (the batch "
+                                      "dimension left out) while it was True",
 }
 
 
@@ -500,7 +513,8 @@ def _jsonable(v: Any) -> Any:
 def describe() -> str:
     """The catalog as text: `torchwise check --list`."""
     lines = []
+    width = max(len(i) for i in CATALOG)  # the ids line up however long the longest one is
     for e in CATALOG.values():
-        lines.append(f"{e.id:24s} {e.severity:8s} {e.title}")
-        lines.append(f"{'':24s} detected by: {DETECTED_BY.get(e.id, '-')}")
+        lines.append(f"{e.id:{width}s} {e.severity:8s} {e.title}")
+        lines.append(f"{'':{width}s} detected by: {DETECTED_BY.get(e.id, '-')}")
     return "\n".join(lines)

@@ -74,6 +74,7 @@ def _quiet():
 
 _NULL_SCOPE = contextlib.nullcontext()  # reusable: entering it twice is fine
 NONFINITE_HUNT_STEPS = 50  # deep steps after the first nan/inf loss, looking for the module that makes it
+SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes remembered (cudnn-benchmark-varying-shapes needs 9)
 
 
 class StopScript(BaseException):
@@ -153,6 +154,30 @@ def where_defined(obj: Any) -> str | None:
     return f"{_show_path(code.co_filename)}:{code.co_firstlineno}"
 
 
+_TORCH_DIR = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
+_OWN_PACKAGE = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_THIS_FILE = os.path.realpath(os.path.abspath(__file__))
+_CALLER_CACHE: dict[str, str] = {}
+
+
+def _called_by_torchwise(skip: int = 1) -> bool:
+    """Whether the innermost caller that is neither torch nor this file belongs to torchwise itself:
+    a forward made by the Trainer's loop (or lr-find), not by the script it watches."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        kind = _CALLER_CACHE.get(name)
+        if kind is None:
+            real = os.path.realpath(name) if not name.startswith("<") else name
+            kind = ("skip" if real == _THIS_FILE or real.startswith(_TORCH_DIR) else
+                    "own" if real.startswith(_OWN_PACKAGE) else "other")
+            _CALLER_CACHE[name] = kind
+        if kind != "skip":
+            return kind == "own"
+        frame = frame.f_back
+    return False
+
+
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The dtype autocast casts to on `device_type` right now, or None when autocast is off there."""
     try:
@@ -188,6 +213,7 @@ class RootInfo:
     handles: list = field(default_factory=list)
     n_forward: int = 0
     where_forward: str | None = None
+    has_conv: bool = False            # convolution layers: cudnn.benchmark searches their algorithms per shape
 
 
 @dataclass
@@ -407,6 +433,10 @@ class Watcher:
         self.autocast_use: dict[str, Any] = {"backward": 0, "step": 0, "backward_in": 0, "step_in": 0,
                                              "where": None, "where_step": None, "dtype": None, "device": None,
                                              "first_step": None}
+        # cudnn-benchmark-varying-shapes (not in driven mode: the Trainer switches benchmark off itself):
+        # per-sample input shapes of convolutional models' training forwards while cudnn.benchmark was True
+        self.bench_shapes: dict[str, Any] = {"shapes": {}, "forwards": 0, "where": None, "device": None,
+                                             "model": None}
         self.calls: Any = None  # probes.CallProbes in global mode: schedulers, clipping, GradScaler, DDP
         self.capture_overfit = False
         self._findings: list[Finding] | None = None
@@ -642,6 +672,7 @@ class Watcher:
             module=module, label=type(module).__name__, module_ids=set(names), names=names,
             param_names={id(p): n for n, p in module.named_parameters()},
             has_mode_layers=any(isinstance(m, _MODE_LAYERS) for m in module.modules()),
+            has_conv=any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules()),
         )
         if not self.driven:
             info.handles.append(module.register_forward_pre_hook(self._root_pre))
@@ -788,6 +819,8 @@ class Watcher:
             x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
         if x is None:
             return
+        if is_train_fwd and info.has_conv and not self.driven and torch.backends.cudnn.benchmark:
+            self._note_sample_shape(info, args, x)
         if self._deep:
             self._inspect_input(x, train=is_train_fwd)
         if self.capture_overfit and self.overfit_capture is None and is_train_fwd and self.steps == 0:
@@ -804,6 +837,20 @@ class Watcher:
                 self.overfit_capture = {}
         if self.hash_rows and x.dim() >= 1 and x.shape[0] > 0:
             self._hash_rows(x, grad and self._phase != "eval", id(module))
+
+    def _note_sample_shape(self, info: RootInfo, args: tuple, x: torch.Tensor) -> None:
+        """A training forward of a convolutional model with cudnn.benchmark on: the shape of its inputs
+        without the batch dimension (a short last batch is not a new shape), and the step it first came in."""
+        st = self.bench_shapes
+        shapes = st["shapes"]
+        key = tuple(tuple(a.shape[1:]) for a in args if isinstance(a, torch.Tensor)) or (tuple(x.shape[1:]),)
+        if key not in shapes:
+            if len(shapes) >= SAMPLE_SHAPES_KEPT or _called_by_torchwise(2):
+                return  # enough known; or the Trainer's own loop, which switches benchmark off by itself
+            shapes[key] = self.steps
+            if st["where"] is None:
+                st.update(where=user_where(), device=x.device.type, model=info.label)
+        st["forwards"] += 1
 
     def _inspect_input(self, x: torch.Tensor, train: bool) -> None:
         if not x.is_floating_point() or x.numel() == 0:

@@ -3,7 +3,8 @@
     losses.py  what goes into the loss: softmax/sigmoid before it, labels, classes, the loss for the task
     optim.py   optimizer steps: zero_grad, learning rate, exploding/vanishing gradients, backward/step under autocast
     model.py   modes, registration, gradient flow, dead ReLU, NaNs, the loss curve, retained graphs
-    data.py    loaders and batches: validation augmentation, overlap, shuffling, samplers, speed, BatchNorm
+    data.py    loaders and batches: validation augmentation, overlap, shuffling, samplers, speed, BatchNorm,
+               input shapes that change under cudnn.benchmark
     calls.py   library calls (diagnose/probes.py): LR schedulers, gradient clipping, GradScaler, DDP sampling
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Data checks: validation augmentation, train/val overlap, shuffling, samplers, loader speed and
-settings, batch sizes under BatchNorm, input scale."""
+settings, batch sizes under BatchNorm, input shapes under cudnn.benchmark, input scale."""
 from __future__ import annotations
 
 import os
@@ -93,6 +93,7 @@ def decide(w) -> list[Finding]:
             break
     out.extend(_loader_speed(w))
     out.extend(_pin_memory(w))
+    out.extend(_cudnn_benchmark(w))
     bn = w.bn_batches
     if len(bn) >= 3:
         med = statistics.median(bn)
@@ -204,3 +205,38 @@ def _pin_memory(w) -> list[Finding]:
                                 "pass(es), but every model parameter is on the CPU: there is no GPU copy to speed up.",
                         evidence={"pin_memory": True, "model_device": "cpu", "batches": batches})]
     return []
+
+
+# --------------------------------------------------------------------------- cudnn-benchmark-varying-shapes
+# More different sample shapes than this and benchmark mode searches more than it saves (the limit the
+# Trainer's own shape watch uses; a data set bucketed into a few sizes stays under it).
+BENCHMARK_SHAPE_LIMIT = 8
+
+
+def _show_shape(key: tuple) -> str:
+    shapes = ["x".join(map(str, s)) or "scalar" for s in key]
+    return shapes[0] if len(shapes) == 1 else "(" + ", ".join(shapes) + ")"
+
+
+def _cudnn_benchmark(w) -> list[Finding]:
+    st = w.bench_shapes
+    shapes = st["shapes"]
+    if w.driven or len(shapes) <= BENCHMARK_SHAPE_LIMIT:
+        return []  # driven: the Trainer switches benchmark off by itself when the shapes vary
+    from torchwise.diagnose.watch import SAMPLE_SHAPES_KEPT
+    n = f"{len(shapes)}+" if len(shapes) >= SAMPLE_SHAPES_KEPT else str(len(shapes))
+    examples = [_show_shape(k) for k in list(shapes)[:4]]
+    steps = list(shapes.values())[:BENCHMARK_SHAPE_LIMIT + 1]
+    if st["device"] == "cuda":
+        cost = "cuDNN searched its convolution algorithms again for each new shape."
+    else:  # the same script is run on GPUs, where the searches cost
+        place = "CPU" if st["device"] == "cpu" else st["device"]
+        cost = (f"This run is on the {place}, where the flag does nothing; on a GPU cuDNN searches its "
+                "convolution algorithms again for each new shape.")
+    return [Finding("cudnn-benchmark-varying-shapes", where=_train_loader_site(w) or st["where"],
+                    message=f"torch.backends.cudnn.benchmark was True while the convolutional model {st['model']} was "
+                            f"trained on inputs of {n} different sample shapes (batch dimension left out; e.g. "
+                            f"{', '.join(examples)}) in {st['forwards']} forward passes; the first "
+                            f"{len(steps)} appeared at optimizer steps {', '.join(map(str, steps))}. {cost}",
+                    evidence={"sample shapes": len(shapes), "examples": examples, "first seen at steps": steps,
+                              "training forwards": st["forwards"], "device": st["device"]})]
