@@ -18,8 +18,11 @@ import torch
 from torch import nn
 
 
+LIMIT = 8  # more different sample shapes than this, and benchmark mode searches more than it saves
+
+
 class ShapeWatch:
-    def __init__(self, limit: int = 8):
+    def __init__(self, limit: int = LIMIT):
         self.limit = limit
         self.shapes: dict[tuple, None] = {}  # a dict keeps the order they were first seen, for the message
         self.batches = 0
@@ -37,7 +40,7 @@ class ShapeWatch:
         if len(self.shapes) <= self.limit:
             return None
         self.tripped = True
-        examples = ", ".join(_show(k) for k in list(self.shapes)[:3])
+        examples = ", ".join(show_shape(k) for k in list(self.shapes)[:3])
         return (f"the training inputs change shape ({len(self.shapes)} different sample shapes in {self.batches} "
                 f"batches, e.g. {examples}), so cudnn.benchmark is switched off: it would search the convolution "
                 f"algorithms again for every new shape. Resize or pad the inputs to a few fixed sizes to keep it")
@@ -49,6 +52,7 @@ def wanted(model: nn.Module, device: torch.device) -> bool:
             and any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()))
 
 
-def _show(key: tuple) -> str:
+def show_shape(key: tuple) -> str:
+    """((3, 16, 40),) -> '3x16x40'; several inputs -> '(3x16x40, 5)'."""
     shapes = ["x".join(map(str, s)) or "scalar" for s in key]
     return shapes[0] if len(shapes) == 1 else "(" + ", ".join(shapes) + ")"

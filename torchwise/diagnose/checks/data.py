@@ -208,25 +208,17 @@ def _pin_memory(w) -> list[Finding]:
 
 
 # --------------------------------------------------------------------------- cudnn-benchmark-varying-shapes
-# More different sample shapes than this and benchmark mode searches more than it saves (the limit the
-# Trainer's own shape watch uses; a data set bucketed into a few sizes stays under it).
-BENCHMARK_SHAPE_LIMIT = 8
-
-
-def _show_shape(key: tuple) -> str:
-    shapes = ["x".join(map(str, s)) or "scalar" for s in key]
-    return shapes[0] if len(shapes) == 1 else "(" + ", ".join(shapes) + ")"
-
-
 def _cudnn_benchmark(w) -> list[Finding]:
+    from torchwise.train.shape_watch import LIMIT, show_shape  # the Trainer's own watch: the same limit
+
     st = w.bench_shapes
     shapes = st["shapes"]
-    if w.driven or len(shapes) <= BENCHMARK_SHAPE_LIMIT:
+    if w.driven or len(shapes) <= LIMIT:
         return []  # driven: the Trainer switches benchmark off by itself when the shapes vary
     from torchwise.diagnose.watch import SAMPLE_SHAPES_KEPT
     n = f"{len(shapes)}+" if len(shapes) >= SAMPLE_SHAPES_KEPT else str(len(shapes))
-    examples = [_show_shape(k) for k in list(shapes)[:4]]
-    steps = list(shapes.values())[:BENCHMARK_SHAPE_LIMIT + 1]
+    examples = [show_shape(k) for k in list(shapes)[:4]]
+    steps = list(shapes.values())[:LIMIT + 1]
     if st["device"] == "cuda":
         cost = "cuDNN searched its convolution algorithms again for each new shape."
     else:  # the same script is run on GPUs, where the searches cost
