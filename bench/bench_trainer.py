@@ -8,7 +8,7 @@ Lightning and Accelerate are timed too when they are installed.
 
 How the ratio is measured. On a shared 2-core VM one fit of identical code varies by 3-5% from
 run to run, more than the overhead being measured. So every runner runs once per round, in an
-order rotated each round; its ratio is the median over the rounds of (its time / the hand loop's
+order shuffled each round, after a garbage collection; its ratio is the median over the rounds of (its time / the hand loop's
 time in the same round), which cancels slow drifts of the machine, and the spread (quartiles of
 those per-round ratios) is printed beside it. The hand loop also runs a second time as a runner of
 its own ("hand-written, again"): identical code, so its ratio is the measurement's resolution in
@@ -19,6 +19,8 @@ this very run. A Trainer ratio within that distance of 1.00 is not distinguishab
 from __future__ import annotations
 
 import argparse
+import gc
+import random
 import statistics
 import time
 
@@ -187,11 +189,16 @@ def run_workload(args: argparse.Namespace, kind: str, model_kind: str = "mlp") -
     times: dict[str, list[float]] = {name: [] for name in runners}
     for fn in runners.values():  # warm-up: first-call costs (allocator, imports) out of the timings
         fn(dataset, build, 1, args.batch_size)
-    names = list(runners)
+    names, order = list(runners), random.Random(0)
     for r in range(repeats):
-        # Rotated, so that no runner always follows the same one (what the one before leaves in the
-        # allocator and the caches shifts a run by a few percent on this scale).
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        # What the run before leaves behind (its garbage, the allocator's state, the caches) shifts the
+        # next one by a few percent on this scale: a fixed or merely rotated order always gives a runner
+        # the same predecessor (it read identical code 1.6% apart), so each round is shuffled, and each
+        # run starts after a full garbage collection (a Trainer's reference cycles would otherwise be
+        # collected, and their memory returned, inside the next runner's timing).
+        order.shuffle(names)
+        for name in names:
+            gc.collect()
             times[name].append(runners[name](dataset, build, args.epochs, args.batch_size))
     base = times["hand-written loop"]
     total = samples * args.epochs
