@@ -595,8 +595,10 @@ class Trainer:
             return None
         from torchwise.diagnose.watch import Watcher
 
-        # two deep steps at the start (most mistakes show in the first batch), then as the 1% budget allows
-        watcher = Watcher(deep_every=50, deep_first=2).attach(self.model, self.optimizer, driven=True)
+        # two deep steps at the start (most mistakes show in the first batch), then as a budget of 0.5% of
+        # the training time allows (bench/bench_trainer.py: the detectors cost ~1% of a tiny MLP's run in all)
+        watcher = Watcher(deep_every=50, deep_first=2, deep_budget=0.005).attach(self.model, self.optimizer,
+                                                                               driven=True)
         watcher.attach_loaders(train=self.train_loader.loader,
                                val=self.val_loader.loader if self.val_loader is not None else None)
         self.evaluator.watcher = watcher
