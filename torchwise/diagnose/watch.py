@@ -20,7 +20,7 @@ steps: the first `deep_first` optimizer steps and then every `deep_every`-th ste
 Driven mode goes further, because the Trainer itself guarantees what the cheap hooks watch for
 (zero_grad, train/eval mode): between deep steps no hook is registered at all, and after the first
 `deep_first` steps a deep step runs only while the deep steps' extra time stays within
-`deep_budget` (1%) of the training time, measured as it runs.
+`deep_budget` (1% by default; the Trainer passes 0.5%) of the training time, measured as it runs.
 
 API for the Trainer (and anyone driving the loop themselves)::
 
