@@ -65,6 +65,7 @@ from torch.overrides import TorchFunctionMode
 
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks import losses as _losses_checks, model as _model_checks, optim as _optim_checks
+from torchwise.train.shape_watch import sample_shape_key
 
 
 def _quiet():
@@ -181,18 +182,11 @@ def _called_by_torchwise(skip: int = 1) -> bool:
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The dtype autocast casts to on `device_type` right now, or None when autocast is off there."""
     try:
-        on = torch.is_autocast_enabled(device_type)  # torch >= 2.4
-    except TypeError:  # the older signature: no argument for CUDA, its own function for the CPU
-        on = torch.is_autocast_cpu_enabled() if device_type == "cpu" else \
-            device_type == "cuda" and torch.is_autocast_enabled()
+        if not torch.is_autocast_enabled(device_type):  # per device type since torch 2.4, our minimum
+            return None
+        return torch.get_autocast_dtype(device_type)
     except RuntimeError:  # a device type autocast does not know (meta)
         return None
-    if not on:
-        return None
-    try:
-        return torch.get_autocast_dtype(device_type)
-    except (AttributeError, RuntimeError):
-        return torch.bfloat16 if device_type == "cpu" else torch.float16  # autocast's defaults
 
 
 # --------------------------------------------------------------------------- records
@@ -843,7 +837,7 @@ class Watcher:
         without the batch dimension (a short last batch is not a new shape), and the step it first came in."""
         st = self.bench_shapes
         shapes = st["shapes"]
-        key = tuple(tuple(a.shape[1:]) for a in args if isinstance(a, torch.Tensor)) or (tuple(x.shape[1:]),)
+        key = sample_shape_key(args) or (tuple(x.shape[1:]),)  # x: the first tensor of a list argument
         if key not in shapes:
             if len(shapes) >= SAMPLE_SHAPES_KEPT or _called_by_torchwise(2):
                 return  # enough known; or the Trainer's own loop, which switches benchmark off by itself

@@ -33,7 +33,7 @@ class ShapeWatch:
         if self.tripped:
             return None
         self.batches += 1
-        key = tuple(tuple(x.shape[1:]) for x in inputs if isinstance(x, torch.Tensor))
+        key = sample_shape_key(inputs)
         if key in self.shapes:
             return None
         self.shapes[key] = None
@@ -44,6 +44,12 @@ class ShapeWatch:
         return (f"the training inputs change shape ({len(self.shapes)} different sample shapes in {self.batches} "
                 f"batches, e.g. {examples}), so cudnn.benchmark is switched off: it would search the convolution "
                 f"algorithms again for every new shape. Resize or pad the inputs to a few fixed sizes to keep it")
+
+
+def sample_shape_key(inputs: tuple[Any, ...]) -> tuple:
+    """The shapes of a batch's tensor inputs without their batch dimension: what benchmark mode keys on,
+    less the batch size (a short last batch is not a new shape)."""
+    return tuple(tuple(x.shape[1:]) for x in inputs if isinstance(x, torch.Tensor))
 
 
 def wanted(model: nn.Module, device: torch.device) -> bool:
