@@ -3,7 +3,9 @@
     torchwise check [--max-steps N] [--report FILE.json] [--overfit] [--] python train.py [args]
     torchwise check train.py [args]
 
-Exit status: 0 nothing found, 1 findings, 2 the script itself failed.
+Exit status: 0 training was seen and nothing found, 1 findings (errors or warnings; info hints do not
+count), 2 the script itself failed, 3 no training was seen (nothing judged), 4 the checker itself failed
+(only with TORCHWISE_CHECK_STRICT=1, for tests), 130 interrupted with nothing found.
 """
 from __future__ import annotations
 
@@ -60,11 +62,23 @@ def run(args: argparse.Namespace) -> int:
         from torchwise.errors import TorchwiseError
         raise TorchwiseError("--max-steps must be >= 0", values={"max_steps": args.max_steps},
                              fix="--max-steps 300 (0 runs the script to the end)")
-    import json
-
     from torchwise.diagnose.runner import run_script
 
-    result = run_script(script, script_args, max_steps=args.max_steps, module=module, overfit=args.overfit)
+    def finish(result) -> int:
+        return _report(args, script, result)
+
+    result = run_script(script, script_args, max_steps=args.max_steps, module=module, overfit=args.overfit,
+                        finish=finish)
+    return finish(result)
+
+
+def _report(args: argparse.Namespace, script: str, result) -> int:
+    """Print what check saw and found, write --report, and give the exit status."""
+    import json
+
+    from torchwise.diagnose.watch import STRICT_ENV
+
+    strict = os.environ.get(STRICT_ENV) == "1"
     sys.stdout.flush()
     out = sys.stderr
     print("", file=out)
@@ -74,14 +88,22 @@ def run(args: argparse.Namespace) -> int:
         if result.translation:
             print(result.translation, file=out)
         print("", file=out)
+    steps = f"{result.steps} optimizer step{'s' if result.steps != 1 else ''}"
     if result.failed:
-        how = (f"failed after {result.steps} optimizer steps; any findings cover only what ran before the failure, "
+        how = (f"failed after {steps}; any findings cover only what ran before the failure, "
                "the rest of the script was not checked")
+    elif result.interrupted:
+        how = f"was interrupted (Ctrl-C) after {steps}; the findings cover what ran until then"
     elif result.stopped_early:
-        how = f"stopped after {result.steps} optimizer steps (--max-steps {args.max_steps}; --max-steps 0 runs to the end)"
+        why = result.stop_reason or f"--max-steps {args.max_steps}"
+        how = f"stopped after {steps} ({why}; --max-steps 0 runs to the end)"
+    elif result.exit_code not in (None, 0):
+        where = f" at {result.exit_where}" if result.exit_where else ""
+        how = f"ran to the end and exited with status {result.exit_code} (sys.exit{where}): {steps}"
     else:
-        how = f"ran to the end: {result.steps} optimizer steps"
+        how = f"ran to the end: {steps}"
     print(f"torchwise check: {script} {how}.", file=out)
+    print(_coverage_line(result.coverage), file=out)
     if result.overfit is not None:
         o = result.overfit
         if o.get("ok") is None:
@@ -89,23 +111,62 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"overfit-one-batch: loss {o['initial_loss']:.4g} -> {o['final_loss']:.4g} in {o['steps']} steps "
                   f"on {o['batch']} samples: {'ok' if o['ok'] else 'FAILED'}", file=out)
-    if result.findings:
+    mistakes, hints = result.mistakes, result.hints
+    for f in mistakes:
         print("", file=out)
-        for f in result.findings:
-            print(f.render(), file=out)
+        print(f.render(), file=out)
+    if hints:
+        print("", file=out)
+        print(f"hints ({len(hints)}, not counted: each may be by design, and says why):", file=out)
+        for f in hints:
             print("", file=out)
-        errors = sum(f.severity == "error" for f in result.findings)
-        scope = f" in the {result.steps} optimizer steps before the failure" if result.failed else ""
-        print(f"torchwise check: {len(result.findings)} finding(s){scope}: {errors} error(s), "
-              f"{len(result.findings) - errors} warning(s).", file=out)
+            print(f.render(), file=out)
+    if result.internal_errors:
+        print("", file=out)
+        first = result.internal_errors[0]
+        print(f"torchwise check: {len(result.internal_errors)} failure(s) inside the checker itself (a torchwise "
+              f"bug, not your script's; that evidence was lost), first in {first['where']}: {first['error']}",
+              file=out)
+        if strict:
+            print(first.get("traceback", "").rstrip(), file=out)
+    print("", file=out)
+    if mistakes:
+        errors = sum(f.severity == "error" for f in mistakes)
+        scope = f" in the {steps} before the failure" if result.failed else ""
+        print(f"torchwise check: {len(mistakes)} finding(s){scope}: {errors} error(s), "
+              f"{len(mistakes) - errors} warning(s)" + (f"; {len(hints)} hint(s)" if hints else "") + ".", file=out)
     elif result.failed:
-        print(f"torchwise check: no silent mistakes found in the {result.steps} optimizer steps before the failure "
+        print(f"torchwise check: no silent mistakes found in the {steps} before the failure "
               "(the rest of the script was not checked).", file=out)
+    elif not result.training_seen:
+        print("torchwise check: no training was seen (no optimizer step, no hand-written update, no followed "
+              "worker that trained), so nothing was judged: this is not a clean bill.", file=out)
     else:
-        print("torchwise check: no silent mistakes found.", file=out)
+        print("torchwise check: no silent mistakes found" + (f" ({len(hints)} hint(s) above)" if hints else "")
+              + ".", file=out)
     if args.report:
         with open(args.report, "w", encoding="utf-8") as fh:
             json.dump(result.report | {"script": script}, fh, indent=2)
-    if result.failed:
-        return 2
-    return 1 if result.findings else 0
+    return result.exit_status(strict)
+
+
+def _coverage_line(cov: dict) -> str:
+    if not cov:
+        return "coverage: -"
+    parts = [f"{cov.get('optimizer_steps', 0)} optimizer step(s)"]
+    if cov.get("manual_update_steps"):
+        parts[0] += f" ({cov['manual_update_steps']} of them hand-written updates, no optimizer object)"
+    parts.append(f"{cov.get('evaluation_passes', 0)} evaluation pass(es) ({cov.get('evaluation_forwards', 0)} "
+                 "evaluation forwards)")
+    if cov.get("processes_followed"):
+        procs = ", ".join(f"{p['label']}: {p['steps']} steps" for p in cov.get("processes", []))
+        parts.append(f"{cov['processes_followed']} worker process(es) followed ({procs})")
+    line = "coverage: " + "; ".join(parts)
+    und = cov.get("undecided") or {}
+    if und:
+        reasons: dict[str, list[str]] = {}
+        for i, why in und.items():
+            reasons.setdefault(why, []).append(i)
+        line += "\n  not judged: " + "\n  not judged: ".join(
+            f"{', '.join(ids)}: {why}" if ids != ["*"] else why for why, ids in reasons.items())
+    return line

@@ -14,7 +14,8 @@ from typing import Any
 @dataclass(frozen=True)
 class Entry:
     id: str
-    severity: str  # "error": the result is wrong; "warning": the result is likely poor or slow
+    severity: str  # "error": the result is wrong; "warning": the result is likely poor or slow;
+    #                "info": a hint that may be by design (a finding carries why it may be fine)
     title: str
     why: str
     fix: str
@@ -450,6 +451,9 @@ DETECTED_BY: dict[str, str] = {
 }
 
 
+SEVERITIES = ("error", "warning", "info")
+
+
 @dataclass
 class Finding:
     """One mistake found in one place, worded for a person."""
@@ -462,10 +466,13 @@ class Finding:
     title: str = ""
     fix: str = ""
     why: str = ""
+    maybe_fine: str = ""               # an "info" hint: why this may be by design
 
     def __post_init__(self) -> None:
         entry = CATALOG[self.id]
         self.severity = self.severity or entry.severity
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
         self.title = self.title or entry.title
         self.fix = self.fix or entry.fix
         self.why = self.why or entry.why
@@ -473,7 +480,20 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "severity": self.severity, "title": self.title, "message": self.message,
                 "where": self.where, "evidence": _jsonable(self.evidence), "why": self.why, "fix": self.fix,
-                "detected_by": DETECTED_BY.get(self.id)}
+                "detected_by": DETECTED_BY.get(self.id), "maybe_fine": self.maybe_fine or None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        """The inverse of to_dict (a finding reported by another process: a spawned worker, a rank)."""
+        return cls(id=d["id"], message=d.get("message", ""), where=d.get("where"),
+                   evidence=dict(d.get("evidence") or {}), severity=d.get("severity", ""),
+                   title=d.get("title", ""), fix=d.get("fix", ""), why=d.get("why", ""),
+                   maybe_fine=d.get("maybe_fine") or "")
+
+    @property
+    def counts(self) -> bool:
+        """Whether it is a mistake (error/warning) rather than a hint that may be by design."""
+        return self.severity != "info"
 
     def render(self) -> str:
         lines = [f"[{self.severity}] {self.id}: {self.title}"]
@@ -484,6 +504,8 @@ class Finding:
             ev = ", ".join(f"{k}={_short(v)}" for k, v in self.evidence.items())
             lines.append(f"  evidence: {ev}")
         lines.append(f"  why it matters: {self.why}")
+        if self.maybe_fine:
+            lines.append(f"  may be fine: {self.maybe_fine}")
         lines.append("  fix:")
         lines.extend("      " + line for line in self.fix.splitlines())
         return "\n".join(lines)

@@ -1,7 +1,17 @@
 """Run a user's training script, unmodified, under a Watcher.
 
     result = run_script("train.py", ["--epochs", "3"], max_steps=300)
-    result.findings, result.steps, result.error (the script's own exception, if it failed)
+    result.findings, result.steps, result.coverage, result.error (the script's own exception, if it failed)
+
+How a run can end, and what each means for the verdict:
+- the script returns, or calls sys.exit() (any status: the script's own decision, reported with the
+  line; sys.exit at the end is not a failure in the middle);
+- check stops it (StopScript) once it has seen enough (--max-steps), or when it keeps running model
+  forwards without training (an endless inference loop);
+- the script raises: it failed, and only what ran before is judged;
+- Ctrl-C: what was seen so far is still judged and reported.
+Worker processes the script starts (torch.multiprocessing.spawn, multiprocessing.Process) are checked
+too, each under its own Watcher (diagnose/follow.py); their findings and steps are merged here.
 """
 from __future__ import annotations
 
@@ -10,7 +20,7 @@ import runpy
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from torchwise.diagnose.catalog import Finding
 
@@ -26,7 +36,12 @@ class RunResult:
     error: BaseException | None = None
     traceback: str | None = None
     translation: str | None = None
-    exit_code: int | None = None
+    exit_code: int | None = None          # the status the script gave sys.exit(), if it called it
+    exit_where: str | None = None         # where it called it
+    interrupted: bool = False             # Ctrl-C
+    stop_reason: str | None = None
+    coverage: dict[str, Any] = field(default_factory=dict)
+    internal_errors: list[dict] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
     overfit: dict[str, Any] | None = None
 
@@ -34,10 +49,54 @@ class RunResult:
     def failed(self) -> bool:
         return self.error is not None
 
+    @property
+    def mistakes(self) -> list[Finding]:
+        """Errors and warnings: what counts in the exit status (info hints do not)."""
+        return [f for f in self.findings if f.counts]
+
+    @property
+    def hints(self) -> list[Finding]:
+        return [f for f in self.findings if not f.counts]
+
+    @property
+    def training_seen(self) -> bool:
+        return self.steps > 0
+
+    def exit_status(self, strict: bool = False) -> int:
+        """0 training seen and nothing found; 1 mistakes found; 2 the script failed; 3 no training seen, so
+        nothing could be judged; 4 (strict mode) the checker itself failed; 130 interrupted, nothing found."""
+        if self.failed:
+            return 2
+        if strict and self.internal_errors:
+            return 4
+        if self.mistakes:
+            return 1
+        if self.interrupted:
+            return 130
+        if not self.training_seen:
+            return 3
+        return 0
+
+
+def _exit_where(exc: BaseException) -> str | None:
+    from torchwise.diagnose.watch import _is_user_file, _show_path
+    where = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if _is_user_file(tb.tb_frame.f_code.co_filename):
+            where = f"{_show_path(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
 
 def run_script(script: str, args: list[str] | None = None, *, max_steps: int | None = DEFAULT_MAX_STEPS,
-               module: bool = False, overfit: bool = False) -> RunResult:
-    """Run `script` (a path, or a module name with module=True) as __main__ under a Watcher."""
+               module: bool = False, overfit: bool = False,
+               finish: Callable[[RunResult], int] | None = None) -> RunResult:
+    """Run `script` (a path, or a module name with module=True) as __main__ under a Watcher.
+
+    finish(result) -> exit status: called (then the process exits) when the script keeps swallowing
+    check's stop (a bare `except:` around its loop), so that what was seen is still reported."""
+    from torchwise.diagnose import follow
     from torchwise.diagnose.errors import translate
     from torchwise.diagnose.watch import StopScript, Watcher
 
@@ -48,34 +107,58 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
     sys.argv = [script] + args
     if not module:
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    error = tb = translation = None
-    stopped = False
-    exit_code = None
+    state: dict[str, Any] = {"error": None, "tb": None, "translation": None, "stopped": False,
+                             "exit_code": None, "exit_where": None, "interrupted": False}
+    workers = follow.Followed(watcher, max_steps=max_steps or None)
+
+    def force_stop() -> None:  # the script swallowed the stop again and again: report, then end the process
+        state["stopped"] = True
+        result = _result(script, watcher, workers, state, overfit)
+        code = finish(result) if finish is not None else result.exit_status(watcher.strict)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    watcher.on_force_stop = force_stop
     watcher.attach()
+    workers.install()
     try:
         if module:
             runpy.run_module(script, run_name="__main__", alter_sys=True)
         else:
             runpy.run_path(script, run_name="__main__")
     except StopScript:
-        stopped = True
+        state["stopped"] = True
     except SystemExit as exc:
         code = exc.code
-        exit_code = 0 if code is None else code if isinstance(code, int) else 1
-        if exit_code != 0:
-            error = exc
-            tb = f"the script exited with status {code!r}\n"
+        state["exit_code"] = 0 if code is None else code if isinstance(code, int) else 1
+        state["exit_where"] = _exit_where(exc)
+        if isinstance(code, str):
+            print(code, file=sys.stderr)  # what Python prints for sys.exit("message")
+        if state["exit_code"] != 0 and watcher.steps == 0 and not workers.started:
+            # gave up before any training (bad arguments, missing data): the script failed; after training,
+            # a status is the script's own verdict at its end, not a failure in the middle
+            state["error"] = exc
+            where = f" at {state['exit_where']}" if state["exit_where"] else ""
+            state["tb"] = f"the script exited with status {code!r}{where} before any training was seen\n"
     except KeyboardInterrupt:
-        raise
+        state["interrupted"] = True
     except BaseException as exc:  # the script's own failure: report it, do not crash the checker
-        error = exc
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        translation = translate(exc, watcher=watcher)
+        state["error"] = exc
+        state["tb"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        state["translation"] = translate(exc, watcher=watcher)
     finally:
+        workers.uninstall()
         watcher.detach()
         sys.argv, sys.path[:] = saved_argv, saved_path
         if os.getcwd() != saved_cwd:
             os.chdir(saved_cwd)
+    return _result(script, watcher, workers, state, overfit)
+
+
+def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunResult:
+    from torchwise.diagnose import checks
+
     findings = watcher.findings()
     overfit_result = None
     if overfit:
@@ -83,12 +166,24 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
         overfit_result = overfit_from_capture(watcher.overfit_capture)
         if overfit_result.get("finding") is not None:
             findings = findings + [overfit_result["finding"]]
+    findings = workers.merge_findings(findings)
+    steps = watcher.steps + workers.steps
+    errors = list(watcher.internal_errors) + workers.internal_errors
+    coverage = checks.coverage(watcher, workers=workers.summaries, stop_reason=watcher.stop_reason,
+                               internal_errors=len(errors))
     report = watcher.report()
     report["findings"] = [f.to_dict() for f in findings]
-    report["stopped_early"] = stopped
-    report["script_failed"] = error is not None
+    report["steps"] = steps
+    report["stopped_early"] = state["stopped"]
+    report["script_failed"] = state["error"] is not None
+    report["script_exit_status"] = state["exit_code"]
+    report["interrupted"] = state["interrupted"]
+    report["coverage"] = coverage
+    report["checker_errors"] = [{k: v for k, v in e.items() if k != "traceback"} for e in errors]
     if overfit_result is not None:
         report["overfit"] = {k: v for k, v in overfit_result.items() if k != "finding"}
-    return RunResult(script=script, findings=findings, steps=watcher.steps, stopped_early=stopped, error=error,
-                     traceback=tb, translation=translation, exit_code=exit_code, report=report,
-                     overfit=overfit_result)
+    return RunResult(script=script, findings=findings, steps=steps, stopped_early=state["stopped"],
+                     error=state["error"], traceback=state["tb"], translation=state["translation"],
+                     exit_code=state["exit_code"], exit_where=state["exit_where"],
+                     interrupted=state["interrupted"], stop_reason=watcher.stop_reason, coverage=coverage,
+                     internal_errors=errors, report=report, overfit=overfit_result)

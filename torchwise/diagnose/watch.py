@@ -74,6 +74,23 @@ def _quiet():
 
 
 _NULL_SCOPE = contextlib.nullcontext()  # reusable: entering it twice is fine
+IDLE_FORWARDS = 2_000  # model forwards with no optimizer step after which a checked script is stopped
+SWALLOWED_STOPS = 200   # StopScript raises a script may swallow (a bare except:) before check ends it itself
+STRICT_ENV = "TORCHWISE_CHECK_STRICT"  # "1": a detector's own failure fails the check (tests, the corpus)
+
+
+_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
+
+
+def _compiling() -> bool:
+    """Inside torch.compile's, torch.export's or torch.jit.trace's tracing our hooks must do nothing: the
+    tracer would try to trace them, and a forward made to trace a model is not training or evaluation."""
+    return torch.compiler.is_compiling() or _is_exporting() or torch.jit.is_tracing()
+
+
+def _unserializable(fn):
+    """A tensor hook of ours: torch.save(model) skips it without a warning (it never belongs to the model)."""
+    return torch.utils.hooks.unserializable_hook(fn)
 NONFINITE_HUNT_STEPS = 50  # deep steps after the first nan/inf loss, looking for the module that makes it
 SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes remembered (cudnn-benchmark-varying-shapes needs 9)
 
@@ -81,7 +98,8 @@ SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes remembered (cudnn-
 class StopScript(BaseException):
     """Raised from an optimizer step hook to stop a checked script once enough is known.
 
-    A BaseException, so that the script's own `except Exception:` blocks do not swallow it.
+    A BaseException, so that the script's own `except Exception:` blocks do not swallow it. A bare
+    `except:` does; so once the stop is asked for, every hook raises it again (Watcher._raise_stop).
     """
 
 
@@ -240,6 +258,9 @@ _LOSS_KINDS = {
     F.mse_loss: "reg", F.l1_loss: "reg", F.smooth_l1_loss: "reg", F.huber_loss: "reg",
 }
 _RELU_FUNCS = {F.relu, torch.relu, torch.Tensor.relu}
+# how a hand-written update writes a parameter: p -= lr * p.grad, p.data.add_(g, alpha=-lr), p.copy_(...)
+_INPLACE_FUNCS = {getattr(torch.Tensor, n) for n in ("__isub__", "__iadd__", "sub_", "add_", "copy_", "addcmul_",
+                                                       "addcdiv_", "mul_", "lerp_")}
 _ACCUM_NAMES = {"add", "add_", "__add__", "__radd__", "__iadd__", "sum", "stack", "cat"}
 
 
@@ -255,7 +276,11 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         w = self.w
-        if not self.active or not (w._deep or w._loss_scope):
+        if not self.active or _compiling():
+            return func(*args, **kwargs)
+        if w._manual_watch and func in _INPLACE_FUNCS:
+            w._note_manual_update(args)
+        if not (w._deep or w._loss_scope):
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         if w._op_hunt:
@@ -274,8 +299,8 @@ class _Mode(TorchFunctionMode):
                 param = args[0] if args else kwargs.get("tensor")  # nn.init.* pass it by keyword
                 if isinstance(param, nn.Parameter):
                     _model_checks.note_param_write(w, func, param)
-        except Exception:  # a checker must never break the user's program
-            pass
+        except Exception as exc:  # a checker must never break the user's program
+            w.internal_error("function mode", exc)
         return out
 
 
@@ -297,6 +322,7 @@ class _PassIter:
         return getattr(self._it, name)
 
     def __next__(self):
+        self._w._maybe_stop()
         info = self._info
         t0 = time.perf_counter()
         try:
@@ -350,6 +376,7 @@ class Watcher:
         self._mode: _Mode | None = None
         self._stack: list[nn.Module] = []
         self.roots: dict[int, RootInfo] = {}
+        self._local_ids: set[int] = set()  # every module of the models (local mode watches only those)
         self._not_roots: set[int] = set()
         self.optimizers: list[torch.optim.Optimizer] = []
         self._opt_param_ids: set[int] = set()
@@ -434,6 +461,55 @@ class Watcher:
         self.calls: Any = None  # probes.CallProbes in global mode: schedulers, clipping, GradScaler, DDP
         self.capture_overfit = False
         self._findings: list[Finding] | None = None
+        # hand-written updates (no optimizer object): parameters written in place after a backward()
+        self._manual_watch = False       # on once a backward() has run and no optimizer has stepped
+        self.manual_steps = 0
+        self._param_ptrs: dict[int, int] = {}  # storage address -> id(param), for p.data.add_(...)
+        self._manual_since_backward = False
+        # the checker's own failures: counted and shown, never the script's (strict: they fail the check)
+        self.strict = os.environ.get(STRICT_ENV) == "1"
+        self.internal_errors: list[dict] = []
+        # stopping a checked script: why, how often it swallowed the stop, and the last resort
+        self.stop_reason: str | None = None
+        self._stops_raised = 0
+        self._stop_since: float | None = None
+        self.on_force_stop: Any = None   # runner: finish the report and end the process
+        self._fwd_since_step = 0
+
+    # ------------------------------------------------------------------ the checker's own health
+
+    def internal_error(self, where: str, exc: BaseException) -> None:
+        """A hook or detector of ours failed: lose that evidence, never the user's run; count and show it."""
+        if isinstance(exc, StopScript):
+            raise exc
+        if len(self.internal_errors) < 20:
+            import traceback
+            self.internal_errors.append({"where": where, "error": f"{type(exc).__name__}: {exc}",
+                                         "traceback": "".join(traceback.format_exception(type(exc), exc,
+                                                                                         exc.__traceback__))})
+        else:
+            self.internal_errors[-1]["more"] = self.internal_errors[-1].get("more", 0) + 1
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the checked script at the next hook (check mode only)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self._stop_since = time.perf_counter()
+        self._raise_stop()
+
+    def _raise_stop(self) -> None:
+        """Raise StopScript; a script that keeps swallowing it (a bare except: around its loop) is ended
+        by the runner's on_force_stop, which reports what was seen and exits."""
+        self._stops_raised += 1
+        if self._stops_raised > SWALLOWED_STOPS or (
+                self._stops_raised > 1 and time.perf_counter() - (self._stop_since or 0.0) > 30.0):
+            if self.on_force_stop is not None:
+                self.on_force_stop()
+        raise StopScript()
+
+    def _maybe_stop(self) -> None:
+        if self.stop_reason is not None and self.check_mode:
+            self._raise_stop()
 
     # ------------------------------------------------------------------ attach / detach
 
@@ -458,6 +534,11 @@ class Watcher:
                 if not self.driven:
                     self._handles.append(optimizer.register_step_pre_hook(self._on_step_pre))
                     self._handles.append(optimizer.register_step_post_hook(self._on_step_post))
+        if not self.driven:
+            # The models' own hook dicts stay untouched: a hook stored in a module is pickled by
+            # torch.save(model), copied by deepcopy and compiled by torch.jit.script.
+            from torch.nn.modules.module import register_module_forward_pre_hook
+            self._handles.append(register_module_forward_pre_hook(self._global_root_pre))
         if self._global:
             from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
             self._handles.append(register_optimizer_step_pre_hook(self._on_step_pre))
@@ -604,7 +685,7 @@ class Watcher:
     def _set_deep(self, on: bool) -> None:
         self._deep = on
         if on and not self._deep_handles and self._attached:
-            if self._global:
+            if not self.driven:  # global hooks (see attach); local mode filters by the models' modules
                 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
                 self._deep_handles.append(register_module_forward_pre_hook(self._mod_pre))
                 self._deep_handles.append(register_module_forward_hook(self._mod_post))
@@ -668,9 +749,10 @@ class Watcher:
             has_mode_layers=any(isinstance(m, _MODE_LAYERS) for m in module.modules()),
             has_conv=any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules()),
         )
-        if not self.driven:
-            info.handles.append(module.register_forward_pre_hook(self._root_pre))
         self.roots[id(module)] = info
+        self._local_ids |= info.module_ids
+        for p in module.parameters():
+            self._param_ptrs[p.untyped_storage().data_ptr()] = id(p)
         return info
 
     def module_name(self, m: nn.Module) -> str:
@@ -728,32 +810,50 @@ class Watcher:
 
     # Hooks never break the user's program: a checker bug loses evidence, not the training run.
     def _mod_pre(self, module, args):
+        if _compiling() or (not self._global and id(module) not in self._local_ids):
+            return
         try:
             with _quiet():
                 self._mod_pre_impl(module, args)
-        except Exception:
-            pass
+        except Exception as exc:
+            self.internal_error("module forward pre-hook", exc)
 
     def _mod_post(self, module, args, out):
+        if _compiling() or (not self._global and id(module) not in self._local_ids):
+            return
         try:
             with _quiet():
                 self._mod_post_impl(module, args, out)
-        except Exception:
-            pass
+        except Exception as exc:
+            self.internal_error("module forward hook", exc)
+
+    def _global_root_pre(self, module, args):
+        if id(module) in self.roots:  # one dict lookup for the many modules that are not a model
+            self._root_pre(module, args)
 
     def _root_pre(self, module, args):
+        if _compiling():
+            return
+        self._maybe_stop()
         try:
             with _quiet():
                 self._root_pre_impl(module, args)
-        except Exception:
-            pass
+        except Exception as exc:
+            self.internal_error("model forward pre-hook", exc)
+        if self.max_steps and self.check_mode and self._fwd_since_step >= IDLE_FORWARDS:
+            what = "since the last optimizer step" if self.steps or self.manual_steps else "and no optimizer step"
+            self.request_stop(f"{IDLE_FORWARDS:,} model forwards {what} (an inference or evaluation loop "
+                              "that does not end)")
 
     def _on_step_pre(self, opt, args=(), kwargs=None):
+        if _compiling():
+            return
+        self._maybe_stop()
         try:
             with _quiet():
                 self._on_step_pre_impl(opt, args, kwargs)
-        except Exception:
-            pass
+        except Exception as exc:
+            self.internal_error("optimizer step pre-hook", exc)
 
     def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
         if not torch.is_grad_enabled() or out.dim() < 2 or out.shape[0] < 8:
@@ -785,6 +885,7 @@ class Watcher:
         if info is None:
             return
         info.n_forward += 1
+        self._fwd_since_step += 1
         grad = torch.is_grad_enabled()
         training = module.training
         p = self._cur_pass
@@ -933,13 +1034,14 @@ class Watcher:
         watcher = self
 
         def backward(tensors, *args, **kwargs):
+            watcher._maybe_stop()
             try:
                 with _quiet():
                     watcher._on_backward(tensors)
                     if watcher._deep:
                         _optim_checks.accum_on_backward(watcher, tensors)
-            except Exception:
-                pass
+            except Exception as exc:
+                watcher.internal_error("backward patch", exc)
             return original(tensors, *args, **kwargs)
 
         backward.__wrapped__ = original  # type: ignore[attr-defined]
@@ -975,6 +1077,8 @@ class Watcher:
         self.backwards += 1
         if self.backward_where is None:
             self.backward_where = user_where()
+        if not self.optimizers and self._global:  # no optimizer yet: perhaps a hand-written update follows
+            self._manual_watch = self._manual_since_backward = True
         value = loss.detach().reshape(())
         if len(self.losses) < 200_000 and not self.driven:  # driven: end_step() brings the value
             self.losses.append(value)
@@ -1009,6 +1113,7 @@ class Watcher:
                 continue
             ref = weakref.ref(p)
 
+            @_unserializable
             def hook(grad, ref=ref, pid=pid):
                 param = ref()
                 state = self._zg_state.get(pid)
@@ -1121,9 +1226,29 @@ class Watcher:
         for g in opt.param_groups:
             self._opt_param_ids.update(id(p) for p in g["params"])
 
+    def _note_manual_update(self, args: tuple) -> None:
+        """A hand-written update (`p -= lr * p.grad`, `p.data.add_(...)`): the first in-place write to a
+        model parameter after a backward() is one optimizer step, so the run's training is seen."""
+        if not self._manual_since_backward or not args or not isinstance(args[0], torch.Tensor):
+            return
+        t = args[0]
+        try:
+            if torch.is_grad_enabled() and t.requires_grad:
+                return  # not an update: autograd would refuse an in-place write to a leaf that needs grad
+            if self._param_ptrs.get(t.untyped_storage().data_ptr()) is None:
+                return
+        except Exception:  # a tensor without storage (a subclass, meta): not a parameter of ours
+            return
+        self._manual_since_backward = False
+        self.manual_steps += 1
+        if self.step_where is None:
+            self.step_where = user_where()
+        self._after_step()
+
     def _on_step_pre_impl(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
         if self._global and id(opt) in self._local_opts:
             return
+        self._manual_watch = self._manual_since_backward = False
         self._add_optimizer(opt)
         for g in opt.param_groups:  # param groups added later with add_param_group
             self._opt_param_ids.update(id(p) for p in g["params"])
@@ -1141,8 +1266,8 @@ class Watcher:
         try:
             from torchwise.diagnose.checks import optim
             optim.inspect_step_pre(self, opt)
-        except Exception:
-            pass
+        except Exception as exc:
+            self.internal_error("optimizer step pre-hook (deep)", exc)
 
     def _on_step_post(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
         if self._global and id(opt) in self._local_opts:
@@ -1152,15 +1277,15 @@ class Watcher:
                 with _quiet():
                     from torchwise.diagnose.checks import optim
                     optim.inspect_step_post(self, opt)
-            except Exception:
-                pass
+            except Exception as exc:
+                self.internal_error("optimizer step post-hook", exc)
         # driven: the loop clears gradients itself, and the tensor hooks would outlive the deep step
         if self._deep and self._zero_sample and not self.driven:
             try:
                 with _quiet():
                     self._watch_grad_clearing(self._zero_sample)
-            except Exception:
-                pass
+            except Exception as exc:
+                self.internal_error("zero_grad watch", exc)
         self._zero_sample = []
         self._snap = None
         if not self.driven:  # driven: end_step() does the bookkeeping, also for steps without hooks
@@ -1189,11 +1314,12 @@ class Watcher:
             self._set_deep(want)
         else:
             self._stack.clear()
+        self._fwd_since_step = 0
         if self.max_steps and self.steps >= self.max_steps:
             enough = (self.eval_seen or self.epoch_without_eval or not self.passes
                       or self.steps >= 2 * self.max_steps)
             if enough:
-                raise StopScript()
+                self.request_stop(f"--max-steps {self.max_steps} reached")
 
     # ------------------------------------------------------------------ data loaders
 
@@ -1206,14 +1332,15 @@ class Watcher:
             orig_init(loader, *args, **kwargs)
             try:
                 watcher.loader_sites[loader] = user_where()
-            except Exception:
-                pass
+            except Exception as exc:
+                watcher.internal_error("DataLoader.__init__ patch", exc)
 
         def __iter__(loader):
             it = orig_iter(loader)
             try:
                 return watcher._begin_pass(loader, it)
-            except Exception:
+            except Exception as exc:
+                watcher.internal_error("DataLoader.__iter__ patch", exc)
                 return it
 
         self._patches.append((DataLoader, "__init__", orig_init))

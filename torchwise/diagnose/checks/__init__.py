@@ -14,16 +14,27 @@ from torchwise.diagnose.catalog import CATALOG, Finding
 _ORDER = list(CATALOG)
 
 
-def decide_all(w) -> list[Finding]:
-    from torchwise.diagnose.checks import calls, data, losses, model, optim
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
-    ls = optim.loss_summary(w)
+
+def _families():
+    from torchwise.diagnose.checks import calls, data, losses, model, optim
+    return {"losses": losses, "optim": optim, "model": model, "data": data, "calls": calls}
+
+
+def decide_all(w) -> list[Finding]:
+    fam = _families()
+    try:
+        ls = fam["optim"].loss_summary(w)
+    except Exception as exc:  # a detector's failure is the checker's bug: counted and shown, never the script's
+        w.internal_error("loss summary", exc)
+        ls = {"n": 0, "first_bad": None, "first_bad_step": None, "finite": [], "learned": False}
     found: list[Finding] = []
-    found += losses.decide(w)
-    found += optim.decide(w, ls)
-    found += model.decide(w, ls)
-    found += data.decide(w)
-    found += calls.decide(w)
+    for name, module in fam.items():
+        try:
+            found += module.decide(w, ls) if name in ("optim", "model") else module.decide(w)
+        except Exception as exc:
+            w.internal_error(f"detectors in checks/{name}.py", exc)
     found += getattr(w, "extra_findings", [])
     found = _drop_consequences(found)
     seen, unique = set(), []
@@ -32,8 +43,58 @@ def decide_all(w) -> list[Finding]:
         if key not in seen:
             seen.add(key)
             unique.append(f)
-    unique.sort(key=lambda f: (f.severity != "error", _ORDER.index(f.id)))
+    unique.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), _ORDER.index(f.id)))
     return unique
+
+
+# Detectors that need an evaluation pass to judge anything.
+_NEEDS_EVAL = ("eval-mode-missing", "train-val-overlap", "val-augmentation", "eval-without-no-grad")
+
+
+def undecided(w) -> dict[str, str]:
+    """Mistake id -> why its detector could not judge this run (shown with the coverage, never as clean)."""
+    out: dict[str, str] = {}
+    if w.steps == 0:
+        return {"*": "no optimizer step was seen: nothing about training could be judged"}
+    if not w.eval_seen:
+        why = (f"no evaluation was seen before check stopped the script ({w.stop_reason}; --max-steps 0 runs it "
+               "to the end)" if w.stop_reason else "the script ran no evaluation that check could recognise")
+        for i in _NEEDS_EVAL:
+            out[i] = why
+    for name, module in _families().items():
+        fn = getattr(module, "undecided", None)
+        if fn is None:
+            continue
+        try:
+            out.update(fn(w))
+        except Exception as exc:
+            w.internal_error(f"undecided() in checks/{name}.py", exc)
+    return out
+
+
+def coverage(w, *, workers: list[dict], stop_reason: str | None, internal_errors: int) -> dict:
+    """What the run let the checker see: a clean verdict means something only next to this."""
+    eval_passes = sum(1 for p in w.passes if p.closed and p.is_eval)
+    worker_steps = sum(int(s.get("steps", 0)) for s in workers)
+    cov = {
+        "optimizer_steps": w.steps + worker_steps,
+        "manual_update_steps": w.manual_steps,
+        "backward_calls": w.backwards,
+        "models": [r.label for r in w.roots.values()],
+        "optimizers": [type(o).__name__ for o in w.optimizers],
+        "evaluation_passes": eval_passes,
+        "evaluation_forwards": w.eval_forwards,
+        "processes_followed": len(workers),
+        "processes": [{"label": s.get("label"), "steps": s.get("steps", 0),
+                       "findings": len(s.get("findings", []))} for s in workers],
+        "stopped": stop_reason,
+        "checker_errors": internal_errors,
+    }
+    und = undecided(w)
+    if workers and worker_steps and und.get("*"):
+        und = {}  # the parent did not train; its workers did (their own coverage is in "processes")
+    cov["undecided"] = und
+    return cov
 
 
 # A finding that explains others: report the cause, not its symptoms.
