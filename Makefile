@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # machine installs the release it already has on disk instead of downloading another.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench corpus clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: install
 
 bench: install
 	$(PY) bench/bench_trainer.py
+
+# torchwise check on real programs written by others (corpus/README.md): the table and the totals.
+# Installs the extra packages some programs need (transformers, ignite, ...) into the same venv.
+corpus: install
+	$(PY) corpus/run_corpus.py --install-needs --json corpus/results.json
 
 clean:
 	rm -rf $(VENV) demo-run

@@ -264,22 +264,19 @@ def test_a_script_that_trains_nothing_is_not_called_clean(tmp_path):
 
 
 def test_a_failure_inside_the_checker_is_the_checkers_and_strict_mode_fails_on_it(tmp_path):
-    # a model whose named_modules() raises: our bookkeeping of it fails, the script's training does not
-    script = tmp_path / "odd_model.py"
+    # a dry run on the meta device: training works, but no value can be read, so our input inspection
+    # fails; that is the checker's failure (evidence lost), never the script's
+    script = tmp_path / "meta_dry_run.py"
     script.write_text('''
 import torch, torch.nn as nn
-class Odd(nn.Sequential):
-    def named_modules(self, *a, **k):
-        raise RuntimeError("this model does not list its modules")
-torch.manual_seed(0)
-model = Odd(nn.Linear(8, 2))
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to("meta")
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(5):
-    opt.zero_grad(); loss = model(torch.randn(16, 8)).pow(2).mean(); loss.backward(); opt.step()
-print("trained")
+    opt.zero_grad(); loss = model(torch.randn(16, 8, device="meta")).pow(2).mean(); loss.backward(); opt.step()
+print("trained", tuple(loss.shape))
 ''')
     proc = check(script)
-    assert "trained" in proc.stdout
+    assert "trained ()" in proc.stdout, proc.stderr
     assert proc.returncode == 4, proc.stderr
     assert "failure(s) inside the checker itself (a torchwise bug, not your script's" in proc.stderr
     env = dict(_env())
@@ -287,4 +284,30 @@ print("trained")
     lenient = subprocess.run([sys.executable, "-m", "torchwise", "check", "--", "python", str(script)],
                              capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
     assert lenient.returncode in (0, 1), lenient.stderr
-    assert "inside the checker itself" in lenient.stderr and "trained" in lenient.stdout
+    assert "inside the checker itself" in lenient.stderr and "trained ()" in lenient.stdout
+
+
+def test_check_waits_for_the_validation_after_a_long_first_epoch(tmp_path):
+    # 700 steps per epoch (past --max-steps 300): the validation after it is still seen and judged
+    script = tmp_path / "long_epoch.py"
+    script.write_text('''
+import torch, torch.nn as nn
+torch.manual_seed(0)
+X = torch.randn(700 * 4, 20); Y = (X[:, 0] > 0).long()
+ds = torch.utils.data.TensorDataset(X, Y)
+train = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True)
+val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 20), torch.zeros(64).long()),
+                                  batch_size=32)
+model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for epoch in range(3):
+    model.train()
+    for x, y in train:
+        opt.zero_grad(); nn.functional.cross_entropy(model(x), y).backward(); opt.step()
+    with torch.no_grad():                      # model.eval() forgotten
+        acc = sum((model(x).argmax(1) == y).sum().item() for x, y in val) / 64
+    print("epoch", epoch, "acc", acc)
+''')
+    proc = check(script)
+    assert proc.returncode == 1, proc.stderr
+    assert "eval-mode-missing" in proc.stderr and "stopped after 701 optimizer steps" in proc.stderr

@@ -90,6 +90,10 @@ def test_the_check_example_finds_its_two_planted_mistakes(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     found = set(re.findall(r"\[error\] ([a-z-]+):", proc.stdout + proc.stderr))
     assert found == {"eval-mode-missing", "softmax-before-loss"}
+    block = README.split("<!-- readme-check", 1)[1].split("```", 2)[1]
+    for line in block.splitlines():  # the run's summary and coverage lines, numbers included
+        if line.startswith(("torchwise check: examples/", "coverage: ")):
+            assert line in proc.stderr, f"README shows {line!r}; the run printed:\n{proc.stderr}"
 
 
 def test_the_multi_node_recipe_runs_on_one_machine(tmp_path):

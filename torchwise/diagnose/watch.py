@@ -1317,9 +1317,24 @@ class Watcher:
         self._fwd_since_step = 0
         if self.max_steps and self.steps >= self.max_steps:
             enough = (self.eval_seen or self.epoch_without_eval or not self.passes
-                      or self.steps >= 2 * self.max_steps)
+                      or self.steps >= self._step_cap())
             if enough:
                 self.request_stop(f"--max-steps {self.max_steps} reached")
+
+    def _step_cap(self) -> int:
+        """Past --max-steps with no evaluation seen yet: how long to wait for one. Twice --max-steps, or up to
+        10x when the first epoch is known to end within that (the evaluation usually follows an epoch):
+        a verdict on validation needs a validation to look at."""
+        cap = 2 * self.max_steps
+        first = next((p for p in self.passes if p.steps > 0), None)
+        if first is not None and not first.closed:
+            try:
+                n = len(first.loader)
+            except TypeError:  # an iterable loader without a length
+                return cap
+            if n <= 10 * self.max_steps:
+                cap = max(cap, n + 1)
+        return cap
 
     # ------------------------------------------------------------------ data loaders
 
