@@ -45,6 +45,9 @@ class SchedulerCalls:
     pass_len: dict[int, int] = field(default_factory=dict)   # its number of batches (len(loader) when known)
     lr_first: float | None = None
     lr_last: float | None = None
+    calls: int = 0                    # the script's step() calls in all
+    collapse_at: int | None = None    # the call at which the LR first stood below 1/100 of its start
+    ended_at_step: int | None = None  # optimizer steps when the last call came
 
 
 @dataclass
@@ -136,6 +139,10 @@ class CallProbes:
         lr = float(sched.optimizer.param_groups[0]["lr"])
         rec.lr_first = lr if rec.lr_first is None else rec.lr_first
         rec.lr_last = lr
+        rec.calls += 1
+        if rec.collapse_at is None and rec.lr_first and lr < rec.lr_first / 100:
+            rec.collapse_at = rec.calls
+        rec.ended_at_step = self.w.steps
         p = self.w._cur_pass
         if p is None or p.ended or p.steps == 0:
             return  # between epochs: where an epoch scheduler belongs

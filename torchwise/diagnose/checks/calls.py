@@ -9,8 +9,9 @@ def decide(w) -> list[Finding]:
     if probes is None:  # driven by the Trainer, which steps, clips and samples these itself
         return []
     found: list[Finding] = []
+    stopped = bool(w.max_steps) and w.steps >= w.max_steps
     for rec in probes.schedulers.values():
-        f = _per_batch_scheduler(rec)
+        f = _per_batch_scheduler(rec, stopped)
         if f is not None:
             found.append(f)
     for rec in probes.plateaus.values():
@@ -40,19 +41,32 @@ def decide(w) -> list[Finding]:
     return found
 
 
-def _per_batch_scheduler(rec) -> Finding | None:
+def _per_batch_scheduler(rec, stopped: bool = False) -> Finding | None:
+    """A scheduler stepped per batch whose schedule is sized in epochs. Judged by the schedule's length
+    against the run's steps, not by the class: CosineAnnealingLR(T_max=epochs * len(loader)) stepped
+    every batch ends with the run, as meant; StepLR(step_size=30) with 1000 batches an epoch is spent
+    within the first epoch."""
     busiest = max(rec.per_pass, key=rec.per_pass.get, default=None)
     if busiest is None or rec.per_pass[busiest] < 3:
         return None  # once per epoch (or twice in a short one) is what these schedulers expect
     batches = rec.pass_len.get(busiest, 0)
-    collapsed = rec.lr_first and rec.lr_last is not None and rec.lr_last < rec.lr_first / 100
-    if not collapsed and (rec.horizon is None or rec.horizon >= batches):
-        return None  # a horizon counted in batches on purpose (step_size=10_000, say)
     horizon = "-" if rec.horizon is None else f"{rec.horizon:g}"
-    return Finding("scheduler-stepped-per-batch",
-                   f"{rec.kind}.step() ran {rec.per_pass[busiest]} times inside one pass over a {batches}-batch "
-                   f"training loader; its schedule spans {horizon} steps, meant as epochs. LR went from "
-                   f"{rec.lr_first:.3g} to {rec.lr_last:.3g}.",
-                   where=rec.where, evidence={"scheduler": rec.kind, "steps in one epoch": rec.per_pass[busiest],
-                                              "batches per epoch": batches, "schedule length": horizon,
-                                              "lr first": rec.lr_first, "lr last": rec.lr_last})
+    evidence = {"scheduler": rec.kind, "steps in one epoch": rec.per_pass[busiest], "batches per epoch": batches,
+                "schedule length": horizon, "scheduler steps": rec.calls, "lr first": rec.lr_first,
+                "lr last": rec.lr_last}
+    if rec.horizon is not None and rec.horizon < batches:
+        return Finding("scheduler-stepped-per-batch",
+                       f"{rec.kind}.step() ran {rec.per_pass[busiest]} times inside one pass over a {batches}-batch "
+                       f"training loader; its schedule spans {horizon} steps, less than one epoch: it is sized in "
+                       f"epochs. LR went from {rec.lr_first:.3g} to {rec.lr_last:.3g}.",
+                       where=rec.where, evidence=evidence)
+    # sized in steps (or of no fixed length): wrong only if the LR is spent long before the run ends;
+    # the run's length is the calls seen (all of them when the script ran to its end)
+    if rec.collapse_at is not None and rec.collapse_at < 0.5 * rec.calls:
+        return Finding("scheduler-stepped-per-batch",
+                       f"{rec.kind}.step() ran {rec.per_pass[busiest]} times inside one pass over a {batches}-batch "
+                       f"training loader, and the LR fell below 1/100 of its start ({rec.lr_first:.3g}) after "
+                       f"{rec.collapse_at} of the {rec.calls} scheduler steps{' seen' if stopped else ' of the run'}: "
+                       f"the schedule ({horizon} steps) ends long before training does. LR last: {rec.lr_last:.3g}.",
+                       where=rec.where, evidence=evidence | {"lr below 1/100 at step": rec.collapse_at})
+    return None

@@ -106,10 +106,11 @@ def decide(w, ls: dict) -> list[Finding]:
     # dead relu
     for key, rec in w.relu.items():
         fr = rec["fractions"]
-        if len(fr) >= 3 and rec["units"] >= 8 and min(fr[-3:]) >= 0.5 and sum(f >= 0.5 for f in fr) >= 0.5 * len(fr):
+        if len(fr) >= 3 and rec["units"] >= 4 and min(fr[-3:]) >= 0.5 and sum(f >= 0.5 for f in fr) >= 0.5 * len(fr):
             out.append(Finding("dead-relu", where=rec["where"],
                                message=f"{fr[-1]:.0%} of the {rec['units']} units of {rec['label']} output 0 for every "
-                                       f"sample of the batch (last {min(3, len(fr))} checks; {len(fr)} checked).",
+                                       f"sample of every batch checked (last {min(3, len(fr))} checks of at least "
+                                       f"{RELU_WINDOW} samples each; {len(fr)} checked).",
                                evidence={"dead_fraction": fr[-1], "units": rec["units"], "checks": len(fr)}))
             break
     out.extend(_decide_symmetry(w))
@@ -146,13 +147,8 @@ def decide(w, ls: dict) -> list[Finding]:
                                      "culprit": c["module"] if c else "loss computation",
                                      "operation": op["op"] if op else None}))
     # the loss does not go down
-    flags = getattr(w, "_lr_flags", {})
-    if ls.get("first") is not None and ls["n"] >= 30 and ls["first_bad"] is None and not any(flags.values()) \
-            and ls["last"] > 0.97 * ls["first"] and ls["first"] > 1e-3 and not ls["learned"]:
-        out.append(Finding("loss-not-decreasing", where=w.backward_where,
-                           message=f"Over {ls['n']} loss values the training loss went from {ls['first']:.4g} (first "
-                                   f"10%) to {ls['last']:.4g} (last 25%).",
-                           evidence={"loss_first": ls["first"], "loss_last": ls["last"], "values": ls["n"]}))
+    found, _ = _judge_loss(w, ls)
+    out.extend(found)
     return out
 
 
@@ -262,7 +258,10 @@ def _out_tensors(out, depth: int = 0) -> list:
 def on_root_output(w, module, out) -> None:
     """A watched model's forward has returned (deep steps). Its output is followed for the accuracy check;
     with gradients on, a hook on its graph tells whether any backward() ever reaches it."""
+    from torchwise.diagnose.checks import optim as _optim
     from torchwise.diagnose.checks.losses import remember
+    install_evidence_hooks(w)
+    _optim.note_root_output(w, module, out)
     tensors = _out_tensors(out)
     for t in tensors[:1]:
         if t.is_floating_point() and t.dim() >= 1:
@@ -311,3 +310,210 @@ def _decide_graph_uses(w) -> list[Finding]:
                             "mode) ran with gradients enabled, and no backward() reached their graph: autograd kept "
                             "their activations for nothing.",
                     evidence=dict(u))]
+
+
+# --------------------------------------------------------------------------- loss-not-decreasing
+
+def _trend(vals: list[float]) -> tuple[float, float, int]:
+    """Least-squares slope of the curve after its first 10% (the start moves fastest), and its
+    standard error from the curve's own noise around the line."""
+    ys = vals[len(vals) // 10:]
+    m = len(ys)
+    xm = (m - 1) / 2
+    ym = sum(ys) / m
+    sxx = sum((i - xm) ** 2 for i in range(m)) or 1.0
+    b = sum((i - xm) * (y - ym) for i, y in enumerate(ys)) / sxx
+    res = sum((y - ym - b * (i - xm)) ** 2 for i, y in enumerate(ys))
+    se = math.sqrt(res / max(1, m - 2) / sxx)
+    return b, se, m
+
+
+def _curve_summary(vals: list[float], chance: float | None) -> dict | None:
+    if len(vals) < 30:
+        return None
+    k = max(3, len(vals) // 10)
+    first = sum(vals[:k]) / k
+    tail = vals[-max(3, len(vals) // 4):]
+    last = sum(tail) / len(tail)
+    return {"first": first, "last": last, "n": len(vals),
+            "learned": bool(chance and last < 0.5 * chance)}
+
+
+def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
+    """loss-not-decreasing, or why it cannot be judged. A verdict needs a clear absence of progress
+    relative to the loss's noise, or enough of the run seen (to its end, or two whole epochs): a few
+    hundred steps of a long first epoch hold a slow start as well as a failure."""
+    from torchwise.diagnose.checks import optim as _optim
+    flags = getattr(w, "_lr_flags", {})
+    if ls.get("first") is None or ls["n"] < 30 or ls["first_bad"] is not None or any(flags.values()):
+        return [], None
+    adv = _optim.adversarial_pair(w)
+    if adv is not None:
+        return [], (f"two optimizers ({adv['optimizers'][0]}, {adv['optimizers'][1]}) over separate models step "
+                    "in turn" + (", one model's output feeding the other" if adv["fed"] else "") +
+                    ": an adversarial pair (a GAN), whose losses pull against each other and need not decrease")
+    C = w.cls.get("C")
+    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
+    curves = {oid: c for oid, c in _optim.loss_curves(w, ls).items() if len(c) >= 30}
+    names = {id(o): type(o).__name__ for o in w.optimizers}
+    if len(curves) >= 2:  # judged per optimizer: each has its own loss
+        series = [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())]
+    else:
+        series = [(None, [v for v in ls["vals"] if math.isfinite(v)])]
+    stopped = bool(w.max_steps) and w.steps >= w.max_steps
+    epochs = sum(1 for p in w.passes if p.closed and p.steps > 0)
+    seen_enough = not stopped or epochs >= 2
+    found, reasons = [], []
+    for label, vals in series:
+        cs = _curve_summary(vals, chance)
+        if cs is None:
+            continue
+        if label is None:
+            cs["learned"] = ls["learned"]
+        if not (cs["last"] > 0.97 * cs["first"] and cs["first"] > 1e-3 and not cs["learned"]):
+            continue
+        b, se, m = _trend(vals)
+        best_drop = max(0.0, -(b - 3 * se)) * m  # the most decrease the noise allows over the window
+        clear = best_drop < 0.03 * cs["first"]
+        if not (clear or seen_enough):
+            reasons.append(
+                f"{'the loss of ' + label if label else 'the loss'} went from {cs['first']:.4g} to {cs['last']:.4g} "
+                f"over {cs['n']} values, but the run was stopped after {w.steps} optimizer steps "
+                f"({epochs} whole epoch(s) seen) and "
+                + (f"it is still falling, beyond its noise (slope {b:.2g} +- {3 * se:.2g} per value): a slow start"
+                   if b + 3 * se < 0 else
+                   f"at its noise (slope {b:.2g} +- {3 * se:.2g} per value) a slow start cannot be told from no "
+                   "progress"))
+            continue
+        of = f" of {label}" if label else ""
+        found.append(Finding("loss-not-decreasing", where=w.backward_where,
+                             message=f"Over {cs['n']} loss values{of} the training loss went from {cs['first']:.4g} "
+                                     f"(first 10%) to {cs['last']:.4g} (last 25%)"
+                                     + (f"; at its noise level, it fell by at most {best_drop:.2g} over them."
+                                        if clear else "."),
+                             evidence={"loss_first": cs["first"], "loss_last": cs["last"], "values": cs["n"],
+                                       "most_decrease_within_noise": best_drop, "optimizer": label}))
+        break
+    return found, ("; ".join(reasons) if reasons and not found else None)
+
+
+def undecided(w) -> dict[str, str]:
+    """Detectors of this module that could not judge this run, and why (for the coverage report)."""
+    from torchwise.diagnose.checks import optim as _optim
+    out: dict[str, str] = {}
+    _, why = _judge_loss(w, _optim.loss_summary(w))
+    if why:
+        out["loss-not-decreasing"] = why
+    few = [r for r in w.relu.values() if len(r["fractions"]) < 3]
+    if w.relu and len(few) == len(w.relu):
+        out["dead-relu"] = (f"ReLU outputs were seen over fewer than 3 windows of {RELU_WINDOW} training samples "
+                            "(too few deep steps)")
+    return out
+
+
+# --------------------------------------------------------------------------- evidence hooks
+# The functions watch.py calls (or is to call: see install_evidence_hooks) with evidence for the
+# detectors above.
+
+RELU_WINDOW = 8  # samples pooled before a unit is called dead: several batches when batches are small
+
+
+def record_relu(w, key, out: torch.Tensor, label: str) -> None:
+    """A training-mode ReLU output (deep steps): which units were positive for any sample, pooled over
+    consecutive sampled batches until they hold RELU_WINDOW samples, so batch size 1 is judged too. A unit
+    counts as dead only if it is 0 on every sample of every batch of the window."""
+    if not torch.is_grad_enabled() or out.dim() < 2:
+        return
+    from torchwise.diagnose.watch import user_where
+    with torch.no_grad():
+        pos = out > 0
+        if out.dim() == 2:
+            alive = pos.any(0)
+        elif out.dim() == 3:
+            alive = pos.flatten(0, 1).any(0)
+        else:
+            alive = pos.transpose(0, 1).flatten(1).any(1)
+        units = alive.numel()
+        rec = w.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
+        acc = rec.get("acc")
+        if acc is None or acc.shape != alive.shape or rec["units"] != units:
+            rec["units"], rec["acc"], rec["acc_n"] = units, alive, 0
+        else:
+            rec["acc"] = acc | alive
+        rec["acc_n"] = rec.get("acc_n", 0) + int(out.shape[0])
+        if rec["acc_n"] >= RELU_WINDOW:
+            rec["fractions"].append(1.0 - float(rec["acc"].float().mean()))
+            rec["acc"], rec["acc_n"] = None, 0
+    if rec["where"] is None:
+        rec["where"] = user_where()
+
+
+def accumulation_retains(w, args: tuple, out) -> bool:
+    """An addition/sum/stack/cat with a loss that already went through backward() (watch._Mode): whether
+    it builds a running total across steps, the thing that keeps every step's graph alive. Adding two
+    losses of this step (a GAN's errD = errD_real + errD_fake, kept for printing) is not: the sum dies
+    with the step. Each such result is remembered; adding a backward()'ed loss into one made at an
+    earlier step is retention."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return False
+    from torchwise.diagnose.checks import optim as _optim
+    totals = _optim.jstate(w).setdefault("totals", {})
+    flat = []
+    for a in args:
+        flat.extend(a if isinstance(a, (list, tuple)) else [a])
+    has_loss = old_total = involves_total = False
+    start = w.steps
+    for a in flat:
+        if not isinstance(a, torch.Tensor):
+            continue
+        ref = w._bw_ids.get(id(a))
+        if ref is not None and ref() is a:
+            has_loss = True
+        rec = totals.get(id(a))
+        if rec is not None and rec[0]() is a:
+            involves_total = True
+            start = min(start, rec[1])
+            if rec[1] < w.steps:
+                old_total = True
+    if has_loss or involves_total:
+        prev = totals.get(id(out))
+        if prev is not None and prev[0]() is out:
+            start = min(start, prev[1])
+        totals[id(out)] = (weakref.ref(out), start)
+        if len(totals) > 64:
+            for k in [k for k, (r, _) in totals.items() if r() is None][:32] or list(totals)[:32]:
+                del totals[k]
+    return has_loss and old_total
+
+
+def install_evidence_hooks(w) -> None:
+    """Until watch.py calls record_relu, accumulation_retains and optim.note_root_input itself (the lead's
+    patch, see the hand-over notes), route this Watcher's own methods through them. Global mode only
+    (torchwise check, torchwise.watch()); a no-op for each method that already does it."""
+    if w.__dict__.get("_evidence_hooks") or not getattr(w, "_global", False):
+        return
+    w.__dict__["_evidence_hooks"] = True
+    from torchwise.diagnose.checks import optim as _optim
+    cls = type(w)
+    if "note_root_input" not in cls._root_pre_impl.__code__.co_names:
+        orig_pre = w._root_pre_impl
+
+        def root_pre(module, args, _orig=orig_pre):
+            try:
+                if id(module) in w.roots:
+                    _optim.note_root_input(w, module, args)
+            except Exception:
+                pass
+            return _orig(module, args)
+
+        w._root_pre_impl = root_pre
+    if "record_relu" not in cls._record_relu.__code__.co_names:
+        w._record_relu = lambda key, out, label: record_relu(w, key, out, label)
+    if "accumulation_retains" not in cls._on_accumulate.__code__.co_names:
+        orig_acc = w._on_accumulate
+
+        def on_accumulate(args, out, _orig=orig_acc):
+            if accumulation_retains(w, args, out):
+                _orig(args, out)
+
+        w._on_accumulate = on_accumulate
