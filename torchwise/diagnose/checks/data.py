@@ -130,9 +130,16 @@ def _overlap(w) -> list[Finding]:
         return []
     fulls, partials, nones, on_train = [], [], [], []
     trained = {id(getattr(p.loader, "dataset", None)) for p in w.passes if p.steps > 0}
+    masked = _masked_verdicts(w)
     for g in w.eval_groups:
         hs = g["hashes"]
         if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation
+            continue
+        verdict = _masked_group(masked, g, hs, w.train_hashes)
+        if verdict is not None:
+            if verdict["overlap"]:
+                return [_masks_overlap_finding(g, verdict)]
+            nones.append((g, 0, len(hs)))
             continue
         if g.get("dataset") is not None and g["dataset"] in trained:
             # accuracy over the training data itself: fine next to a real validation set, a mistake alone
@@ -151,6 +158,52 @@ def _overlap(w) -> list[Finding]:
                     message=f"{hit} of {n} samples evaluated here ({hit / n:.0%}) are identical to samples the model "
                             "was trained on.",
                     evidence={"overlapping": hit, "evaluated": n, "evaluations": len(w.eval_groups)})]
+
+
+# One input shared by index masks (transductive learning: one forward over the whole graph, the loss on
+# out[idx_train], evaluation on out[idx_val]): the same input rows are in every forward by design, and
+# overlap is a matter of the output rows each side uses (losses.shared_input_masks).
+
+def _masked_verdicts(w) -> dict:
+    """Per output row count N: whether the evaluation at some step had a row set held out of the
+    training loss's rows (a real validation mask), or else the evaluated rows closest to being held out."""
+    from torchwise.diagnose.checks.losses import shared_input_masks
+    verdicts = {}
+    for n, rec in shared_input_masks(w).items():
+        train, best = rec["train"], None
+        for step, sets in rec["eval"].items():
+            for rows in sets:
+                hit = len(rows & train)
+                if best is None or hit / len(rows) < best[0] / best[1]:
+                    best = (hit, len(rows), step)
+        if best is None:
+            continue
+        hit, size, step = best
+        overlap = hit / size > 0.02 and hit >= 5
+        verdicts[n] = {"overlap": overlap, "overlapping": hit, "evaluated": size, "rows": n,
+                       "train_rows": len(train)}
+    return verdicts
+
+
+def _masked_group(masked: dict, g: dict, hs: list, train_hashes: set) -> dict | None:
+    """The verdict on the masks for an evaluation group whose input rows were all trained on, or None."""
+    if not masked:
+        return None
+    for n, verdict in masked.items():
+        if n and len(hs) % n == 0 and sum(x in train_hashes for x in hs) >= 0.9 * len(hs):
+            return verdict
+    return None
+
+
+def _masks_overlap_finding(g: dict, v: dict) -> Finding:
+    return Finding("train-val-overlap", where=g["where"],
+                   message=f"Training and evaluation use rows of one forward over the same {v['rows']} inputs (index "
+                           f"masks, as in transductive graph learning), and {v['overlapping']} of the "
+                           f"{v['evaluated']} rows evaluated ({v['overlapping'] / v['evaluated']:.0%}) are among "
+                           f"the {v['train_rows']} rows the training loss uses: the evaluation and training masks "
+                           "overlap.",
+                   evidence={"overlapping": v["overlapping"], "evaluated": v["evaluated"], "rows_per_forward": v["rows"],
+                             "training_rows": v["train_rows"]})
 
 
 def _shuffle(w) -> list[Finding]:

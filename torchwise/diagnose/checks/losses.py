@@ -2,17 +2,31 @@
 
 `inspect` runs inside the loss call (deep steps only) and keeps small counters on the watcher;
 `decide` turns the counters into findings at the end.
+
+The task is judged from what the script does, not from names:
+
+* a language model (next-token prediction) is recognised when the class-index targets are token ids:
+  the model embeds token ids with an nn.Embedding as large as its output (num_embeddings == C) and
+  the targets are among those ids, or the loss gets a (B, T, C) model output flattened to (B*T, C)
+  over a large vocabulary. Its vocabulary is not all seen in a short run and its token frequencies
+  are Zipfian by nature: neither is an output/label mismatch or an imbalance to weight.
+* one input shared by index masks (transductive graph learning: model(features, adj) over the whole
+  graph, the loss on out[idx_train], evaluation on out[idx_val]) is recognised from the row indices
+  the model output is indexed with (`follow` below); data.py judges train/val overlap on those rows.
 """
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
 from torch.nn import functional as F
 
-from torchwise.diagnose.catalog import Finding
+from torchwise.diagnose.catalog import CATALOG, Finding
 
 _IGNORE_DEFAULT = -100
+_LM_MIN_VOCAB = 100        # a flattened (B, T, C) output over at least this many classes reads as a vocabulary
+_RECENT_CALLS = 10         # the last checked loss calls whose predictions tell if a minority class is ignored
 
 
 def _count(w, key: str, hit: bool, where: str | None, info: dict | None = None) -> None:
@@ -25,6 +39,7 @@ def _count(w, key: str, hit: bool, where: str | None, info: dict | None = None) 
 
 
 def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict, where: str | None) -> None:
+    _note_train_rows(w, inp)
     if kind in ("ce", "nll"):
         _inspect_classification(w, kind, inp, target, kwargs, where)
     elif kind in ("bcelogits", "bce"):
@@ -36,51 +51,116 @@ def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict,
                              "numel": target.numel(), "what": "targets", "where": where}
 
 
+def _input_form(x: torch.Tensor, cdim: int, low_precision: bool) -> str | None:
+    """What a classification loss's input is, from its numbers alone.
+
+    "probs": every value in [0, 1] and each slice sums to 1 over the class dim (softmax output);
+    "probs-dim<d>": the same over another dim d (softmax over the batch or time dim);
+    "ones": every value exactly 1 (softmax over a dim of size 1, e.g. F.softmax(x) on (1, B, C): the
+    implicit dim of a 3-D tensor is 0); "zeros": every value exactly 0 (log_softmax over a dim of size 1);
+    "logprobs": every value <= 0 and logsumexp over the class dim is 0 (log_softmax output); None: logits.
+    """
+    if x.numel() < 2:
+        return None
+    mn, mx = float(x.min()), float(x.max())
+    if mn == mx:
+        return "ones" if mn == 1.0 else "zeros" if mn == 0.0 else None
+    tol = 2e-2 if low_precision else 1e-3
+    if mn >= 0 and mx <= 1.0 + tol:
+        if bool(((x.sum(cdim) - 1).abs() <= tol).all()):
+            return "probs"
+        for d in range(x.dim()):
+            if d != cdim and x.shape[d] > 1 and bool(((x.sum(d) - 1).abs() <= tol).all()):
+                return f"probs-dim{d}"
+        return None
+    if mx <= tol * 1e-2 and bool((torch.logsumexp(x, cdim).abs() <= 5 * tol).all()):
+        return "logprobs"
+    return None
+
+
 def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
     if inp.dim() < 1:
         return
-    C = int(inp.shape[1]) if inp.dim() >= 2 else int(inp.shape[0])
+    cdim = 1 if inp.dim() >= 2 else 0
+    C = int(inp.shape[cdim])
     if C == 1:
         _count(w, "wrong-loss-for-task", True, where, {"reason": "ce-one-output"})
         return
     x = inp.float()
-    probs_like = bool(x.min() >= 0) and bool(x.max() <= 1.0 + 1e-4)
-    if probs_like and inp.dim() >= 2:
-        sums = x.sum(1)
-        probs_like = bool((sums - 1).abs().max() < 1e-3)
+    form = _input_form(x, cdim, inp.dtype in (torch.float16, torch.bfloat16))
+    probs_like = form is not None and form != "logprobs"
+    loss = "cross_entropy" if kind == "ce" else "nll_loss"
+    _count(w, "softmax-before-loss", probs_like, where, {"loss": loss, "form": form, "shape": list(inp.shape)})
+    wrong = False
     if kind == "ce":
-        _count(w, "softmax-before-loss", probs_like, where, {"loss": "cross_entropy"})
-    else:
-        _count(w, "softmax-before-loss", probs_like, where, {"loss": "nll_loss"})
-        if not probs_like and bool(x.max() > 1e-4):
-            _count(w, "wrong-loss-for-task", True, where, {"reason": "nll-raw-logits"})
+        _count(w, "log-softmax-into-cross-entropy", form == "logprobs", where)
+    elif not probs_like and form != "logprobs" and bool(x.max() > 1e-4):
+        wrong = True
+        _count(w, "wrong-loss-for-task", True, where, {"reason": "nll-raw-logits"})
     if target.is_floating_point():
         if target.shape == inp.shape:
             t = target.float()
-            ok = bool(t.min() >= 0) and bool((t.sum(1) - 1).abs().max() < 1e-3)
+            ok = bool(t.min() >= 0) and bool((t.sum(cdim) - 1).abs().max() < 1e-3)
             if not ok:
                 _count(w, "wrong-loss-for-task", True, where, {"reason": "ce-real-targets"})
+                return
+        if not wrong:
+            _count(w, "wrong-loss-for-task", False, where)
         return
+    if not wrong:
+        _count(w, "wrong-loss-for-task", False, where)
     ignore = kwargs.get("ignore_index", _IGNORE_DEFAULT)
     labels = target.flatten()
     labels = labels[labels != ignore]
     if labels.numel() == 0 or bool(labels.min() < 0) or bool(labels.max() >= C):
         return
-    if target.dim() != 1:
-        return  # dense targets (segmentation, sequences): class frequencies per pixel/token are another matter
+    if target.dim() != 1 or inp.dim() != 2:
+        return  # dense targets (segmentation, (B, C, T) sequences): per-pixel/token frequencies are another matter
     c = w.cls
+    lm = _looks_like_lm(w, inp, labels, C)
+    c["lm_calls"] = c.get("lm_calls", 0) + int(lm)
     counts = torch.bincount(labels.cpu(), minlength=C)
     if c["counts"] is None or c["C"] != C:
         c["counts"], c["C"] = counts, C
+        c["recent"], c["max_label"], c["max_label_batch"] = [], -1, 0
     else:
         c["counts"] += counts
     c["n"] += labels.numel()
     c["batches"] += 1
+    top = int(labels.max())
+    if top > c.get("max_label", -1):
+        c["max_label"], c["max_label_batch"] = top, c["batches"]
     if labels.numel() >= 4:
         c["single"] += int(bool((labels == labels[0]).all()))
         c["batches_multi"] = c.get("batches_multi", 0) + 1
     c["weighted"] = c["weighted"] or kwargs.get("weight") is not None
     c["where"] = c["where"] or where
+    if C <= 1000 and not lm:  # what the model predicts in the last calls: does it ever predict the rare class?
+        keep = target.flatten() != ignore
+        pred = torch.bincount(inp.argmax(1)[keep].cpu(), minlength=C)
+        recent = c.setdefault("recent", [])
+        recent.append((pred, counts))
+        del recent[:-_RECENT_CALLS]
+
+
+def _looks_like_lm(w, inp, labels, C) -> bool:
+    """Targets that are token ids: next-token prediction over a vocabulary (see the module doc)."""
+    tok = getattr(w, "_tw_tokens", None)
+    if tok is not None and tok["step"] == w.steps and tok["V"] == C:
+        ids = tok["ids"]
+        try:
+            inside = torch.isin(labels, ids.to(labels.device).flatten())
+            if float(inside.float().mean()) >= 0.5:
+                return True
+        except (RuntimeError, TypeError):
+            pass
+    if C >= _LM_MIN_VOCAB:
+        ptr, n = inp.data_ptr(), inp.numel()
+        for ref, _ in list(w.followed.values()):
+            t = ref()
+            if t is not None and t.dim() >= 3 and t.numel() == n and t.data_ptr() == ptr:
+                return True  # a (B, T, C) output flattened to (B*T, C): one prediction per position
+    return False
 
 
 def _inspect_binary(w, kind, inp, target, kwargs, where) -> None:
@@ -93,10 +173,16 @@ def _inspect_binary(w, kind, inp, target, kwargs, where) -> None:
                                                        "target_max": float(t.max())})
         return
     b = w.bin
-    b["pos"] += int((t > 0.5).sum())
-    b["neg"] += int((t <= 0.5).sum())
+    pos = t > 0.5
+    b["pos"] += int(pos.sum())
+    b["neg"] += int((~pos).sum())
     b["weighted"] = b["weighted"] or kwargs.get("pos_weight") is not None or kwargs.get("weight") is not None
     b["where"] = b["where"] or where
+    if x.shape == t.shape:  # predicted positives / negatives of the last calls
+        said = x > (0.0 if kind == "bcelogits" else 0.5)
+        recent = b.setdefault("recent", [])
+        recent.append((int(said.sum()), int((~said).sum()), int(pos.sum()), int((~pos).sum())))
+        del recent[:-_RECENT_CALLS]
 
 
 def _inspect_regression(w, inp, target, where) -> None:
@@ -132,12 +218,42 @@ def decide(w) -> list[Finding]:
 
     r, n = rate("softmax-before-loss")
     if n >= 2 and r >= 0.8:
-        loss = w.hit_info.get("softmax-before-loss", {}).get("loss", "cross_entropy")
-        want = "logits (raw scores)" if loss == "cross_entropy" else "log-probabilities (log_softmax)"
+        info = w.hit_info.get("softmax-before-loss", {})
+        loss = info.get("loss", "cross_entropy")
+        want = "logits (raw scores)" if loss == "cross_entropy" else "log-probabilities (log_softmax over the classes)"
+        form = info.get("form") or "probs"
+        k, shape = h["softmax-before-loss"], info.get("shape")
+        what = {
+            "probs": "is already a probability distribution (every value is in [0, 1] and they sum to 1 over "
+                     "the class dim)",
+            "ones": f"is exactly 1 everywhere (shape {shape}): a softmax ran over a dimension of size 1 (F.softmax "
+                    "without dim= picks dim 0 for a 1-D or 3-D tensor, such as an RNN's (1, B, C) hidden-state "
+                    "output), so every 'probability' is 1, the loss is constant and no gradient flows back",
+            "zeros": f"is exactly 0 everywhere (shape {shape}): a log_softmax ran over a dimension of size 1 "
+                     "(log_softmax without dim= picks dim 0 for a 1-D or 3-D tensor), so the loss is constant and "
+                     "no gradient flows back",
+        }.get(form)
+        if what is None:  # probs-dim<d>: a softmax over the wrong dim
+            d = form[len("probs-dim"):]
+            what = (f"is a softmax over dim {d}, not over the classes (dim {1 if shape and len(shape) >= 2 else 0}) "
+                    f"of the shape-{shape} input: every value is in [0, 1] and they sum to 1 over dim {d}")
         out.append(Finding("softmax-before-loss", where=w.hit_where.get("softmax-before-loss"),
-                           message=f"The input to {loss} is already a probability distribution in {h['softmax-before-loss']} "
-                                   f"of {n} calls (every row is >= 0 and sums to 1); {loss} expects {want}.",
-                           evidence={"calls_with_probabilities": h["softmax-before-loss"], "calls_checked": n}))
+                           message=f"In {k} of {n} checked calls the input to {loss} {what}; {loss} expects {want}.",
+                           evidence={"calls_with_probabilities": k, "calls_checked": n, "input_form": form,
+                                     "input_shape": shape}))
+    r, n = rate("log-softmax-into-cross-entropy")
+    if n >= 2 and r >= 0.8 and "log-softmax-into-cross-entropy" in CATALOG:
+        k = h["log-softmax-into-cross-entropy"]
+        out.append(Finding(
+            "log-softmax-into-cross-entropy", where=w.hit_where.get("log-softmax-into-cross-entropy"),
+            message=f"The input to cross_entropy is already log-probabilities in {k} of {n} calls (every value is "
+                    "<= 0 and its logsumexp over the classes is 0: a log_softmax output), and cross_entropy applies "
+                    "log_softmax again. log_softmax is idempotent, so the loss and its gradients are exactly those "
+                    "of the raw scores: the second log_softmax is redundant, not harmful.",
+            evidence={"calls_with_log_probabilities": k, "calls_checked": n}, severity="info",
+            maybe_fine="cross_entropy(log_softmax(x)) == cross_entropy(x) in value and gradient, so training is "
+                       "unaffected; it only matters where the same output is used as raw logits by something that "
+                       "is not shift-invariant (a sigmoid, BCE, averaging logits of several models)."))
     r, n = rate("double-sigmoid")
     if n >= 2 and r >= 0.9:
         out.append(Finding("double-sigmoid", where=w.hit_where.get("double-sigmoid"),
@@ -166,6 +282,7 @@ def decide(w) -> list[Finding]:
                                      f"{' in one-hot rows' if info.get('one_hot') else ''}; this treats classes as "
                                      "ordered numbers. Use cross_entropy with one output per class.",
         }.get(reason, "The loss does not fit the outputs/targets.")
+        msg += f" (Seen in {h['wrong-loss-for-task']} of {n} checked loss calls.)"
         out.append(Finding("wrong-loss-for-task", where=w.hit_where.get("wrong-loss-for-task"), message=msg,
                            evidence={k: v for k, v in info.items()} | {"calls": h["wrong-loss-for-task"]}))
     out.extend(_decide_labels(w))
@@ -182,34 +299,100 @@ def _decide_labels(w) -> list[Finding]:
         present = [i for i, k in enumerate(counts) if k > 0]
         lo, hi = present[0], present[-1]
         contiguous = len(present) == hi - lo + 1
-        if lo >= 1 and len(present) >= 2 and contiguous:
+        lm = c.get("lm_calls", 0) >= 0.5 * c["batches"]  # next-token targets: a vocabulary, not a label set
+        if lo >= 1 and len(present) >= 2 and contiguous and not lm:
             out.append(Finding("labels-not-zero-based", where=c["where"],
                                message=f"Over {c['n']} labels the smallest is {lo} and the largest {hi}: class 0 never "
                                        f"occurs, while the model has {C} outputs (0..{C - 1}).",
                                evidence={"min_label": lo, "max_label": hi, "outputs": C, "labels_seen": c["n"]}))
-        elif lo == 0 and contiguous and hi + 1 < C and c["n"] >= 10 * C:
-            out.append(Finding("output-classes-mismatch", where=c["where"],
-                               message=f"The model has {C} outputs, but over {c['n']} labels only classes 0..{hi} "
-                                       f"occur ({hi + 1} classes): {C - hi - 1} outputs never see an example.",
-                               evidence={"outputs": C, "classes_seen": hi + 1, "labels_seen": c["n"]}))
-        present_counts = [counts[i] for i in present]
-        if len(present) >= 2 and not c["weighted"] and max(present_counts) >= 10 * min(present_counts):
-            big, small = present_counts.index(max(present_counts)), present_counts.index(min(present_counts))
-            out.append(Finding("label-imbalance", where=c["where"],
-                               message=f"Class {present[big]} occurs {max(present_counts)} times and class "
-                                       f"{present[small]} only {min(present_counts)} times "
-                                       f"({max(present_counts) / min(present_counts):.0f}x) in {c['n']} training labels, "
-                                       "and the loss has no class weights.",
-                               evidence={"counts": counts, "labels_seen": c["n"]}))
-    b = w.bin
-    tot = b["pos"] + b["neg"]
-    if tot >= 100 and not b["weighted"] and min(b["pos"], b["neg"]) > 0 and \
-            max(b["pos"], b["neg"]) >= 10 * min(b["pos"], b["neg"]):
-        out.append(Finding("label-imbalance", where=b["where"],
-                           message=f"{b['pos']} positive vs {b['neg']} negative targets "
-                                   f"({max(b['pos'], b['neg']) / min(b['pos'], b['neg']):.0f}x) and no pos_weight.",
-                           evidence={"positives": b["pos"], "negatives": b["neg"]}))
+        elif lo == 0 and contiguous and hi + 1 < C and not lm:
+            f = _classes_mismatch(c, counts, hi + 1, C)
+            if f is not None:
+                out.append(f)
+        if not lm:
+            out.extend(_imbalance_classes(c, counts, present))
+    out.extend(_imbalance_binary(w.bin))
     return out
+
+
+def _classes_mismatch(c, counts, k: int, C: int) -> Finding | None:
+    """Labels 0..k-1 seen, C > k outputs: how likely is it that the C-k others are real classes that did not
+    come up yet? Were each of them even a tenth as common as the rarest class seen (frequency q), the
+    chance that none appeared among N labels is (1 - (C-k)*q)^N. It is not asked when the seen classes
+    have a long tail (Good-Turing: the share of labels whose class was seen once estimates the unseen
+    probability mass), nor when the largest label showed up only late (data ordered by label: the next
+    classes may follow)."""
+    N = c["n"]
+    seen = counts[:k]
+    rarest = min(seen)
+    singletons = sum(1 for x in seen if x == 1)
+    if singletons / N >= 0.01 or c.get("max_label_batch", 0) > 0.5 * c["batches"]:
+        return None
+    q = rarest / (10 * N)
+    mass = (C - k) * q
+    log10_p = -math.inf if mass >= 1 else N * math.log1p(-mass) / math.log(10)
+    if log10_p > -6:
+        return None
+    if log10_p == -math.inf:
+        chance = (f"is nil: {C - k} classes that common would take up more than all the labels")
+    else:
+        chance = f"is about 1e{math.floor(log10_p)}" if log10_p > -300 else "is below 1e-300"
+    return Finding("output-classes-mismatch", where=c["where"],
+                   message=f"The model has {C} outputs, but over {N} labels only classes 0..{k - 1} occur ({k} "
+                           f"classes, the rarest {rarest} times): {C - k} outputs never see an example. Were they "
+                           f"real classes even a tenth as common as the rarest one seen, the chance that none of "
+                           f"them appeared in {N} labels {chance}.",
+                   evidence={"outputs": C, "classes_seen": k, "labels_seen": N, "rarest_class_count": rarest,
+                             "log10_chance_extra_classes_unseen": None if log10_p == -math.inf else round(log10_p, 1)})
+
+
+def _imbalance_classes(c, counts, present) -> list[Finding]:
+    present_counts = [counts[i] for i in present]
+    if len(present) < 2 or c["weighted"] or max(present_counts) < 10 * min(present_counts):
+        return []
+    big, small = present[present_counts.index(max(present_counts))], present[present_counts.index(min(present_counts))]
+    ratio = max(present_counts) / min(present_counts)
+    msg = (f"Class {big} occurs {max(present_counts)} times and class {small} only {min(present_counts)} times "
+           f"({ratio:.0f}x) in {c['n']} training labels, and the loss has no class weights.")
+    recent = c.get("recent") or []
+    said = sum(int(p[small]) for p, _ in recent)
+    had = sum(int(k[small]) for _, k in recent)
+    return [_imbalance_finding(c["where"], msg, {"counts": counts, "labels_seen": c["n"]}, f"class {small}",
+                               said, had, len(recent))]
+
+
+def _imbalance_binary(b) -> list[Finding]:
+    tot = b["pos"] + b["neg"]
+    if tot < 100 or b["weighted"] or min(b["pos"], b["neg"]) == 0 or \
+            max(b["pos"], b["neg"]) < 10 * min(b["pos"], b["neg"]):
+        return []
+    msg = (f"{b['pos']} positive vs {b['neg']} negative targets "
+           f"({max(b['pos'], b['neg']) / min(b['pos'], b['neg']):.0f}x) and no pos_weight.")
+    recent = b.get("recent") or []
+    minority_pos = b["pos"] < b["neg"]
+    said = sum(r[0] if minority_pos else r[1] for r in recent)
+    had = sum(r[2] if minority_pos else r[3] for r in recent)
+    return [_imbalance_finding(b["where"], msg, {"positives": b["pos"], "negatives": b["neg"]},
+                               "the positive class" if minority_pos else "the negative class", said, had, len(recent))]
+
+
+def _imbalance_finding(where, msg, evidence, rare: str, said: int, had: int, calls: int) -> Finding:
+    """A warning when the model is seen to ignore the rare class (it predicts it for none of its samples in the
+    last checked batches: the failure class weights prevent); otherwise an info hint, since an unweighted
+    loss on imbalanced data is often what the task wants."""
+    evidence = evidence | {"rare_class_predicted_recently": said, "rare_class_samples_recently": had}
+    if calls >= 3 and had >= 5 and said == 0:
+        return Finding("label-imbalance", where=where,
+                       message=msg + f" In the last {calls} checked batches the model predicted {rare} for none of "
+                                     f"its {had} samples: it has learned to ignore it.",
+                       evidence=evidence)
+    seen = (f", and the model does predict {rare} ({said} times for its {had} samples in the last {calls} checked "
+            "batches)") if calls else ""
+    return Finding("label-imbalance", where=where, message=msg, evidence=evidence, severity="info",
+                   maybe_fine="Training on the natural class frequencies without weights is a common and valid choice "
+                              f"when the metric follows them (accuracy, calibrated probabilities){seen}. Weights or "
+                              "balanced sampling matter when the rare class is what counts (recall, F1, balanced "
+                              "accuracy).")
 
 
 # --------------------------------------------------------------------------- accuracy: values vs indices
@@ -253,15 +436,136 @@ def follow(w, func, args: tuple, out) -> None:
                     _values_compared(w, vals, labels)
                     return
         return
+    if func in _EMBEDDING_FUNCS:
+        _note_tokens(w, args)
+        return
     kind = recall(w.followed, args[0])
     if kind is None:
         return
     if func in _VALUE_FUNCS:
         if kind == "out" and isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor):
             remember(w.followed, out[0], "values")  # a tuple: max/topk over a dim (values, indices)
+            if isinstance(out[1], torch.Tensor):
+                remember(w.followed, out[1], "pred")
+    elif func in _ARGMAX_FUNCS:
+        if kind == "out" and isinstance(out, torch.Tensor):
+            remember(w.followed, out, "pred")
+    elif func is _GETITEM:
+        if kind in ("out", "pred") and isinstance(out, torch.Tensor) and len(args) >= 2:
+            _note_rows(w, args[0], args[1], out, kind)
     elif (func in _SAME_FUNCS or getattr(func, "__self__", None) is _DATA) and isinstance(out, torch.Tensor) \
             and out is not args[0]:
         remember(w.followed, out, kind)
+        sub = _rows_of(w, args[0])
+        if sub is not None:
+            _remember_rows(w, out, *sub)
+
+
+# --------------------------------------------------------------------------- tokens and row masks
+# Evidence of the task, gathered while model outputs are followed (deep steps):
+# * the last nn.Embedding lookup of token ids (w._tw_tokens): next-token targets are among its ids;
+# * model outputs indexed by rows, out[idx] (w._tw_rows_of): a training loss on out[idx_train] and an
+#   evaluation on out[idx_val] of one full-input forward (transductive learning) are judged on their rows.
+
+_EMBEDDING_FUNCS = {F.embedding}
+_ARGMAX_FUNCS = {torch.argmax, torch.Tensor.argmax}
+_GETITEM = torch.Tensor.__getitem__
+_MAX_MASKS = 256
+
+
+def _note_tokens(w, args: tuple) -> None:
+    ids, weight = args[0], args[1] if len(args) >= 2 else None
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2 and not ids.is_floating_point() and ids.numel():
+        w._tw_tokens = {"V": int(weight.shape[0]), "ids": ids.detach(), "step": w.steps}
+
+
+def masks_of(w) -> dict:
+    m = getattr(w, "_tw_masks", None)
+    if m is None:
+        m = w._tw_masks = {"sets": {}, "train": {}, "eval": {}}
+    return m
+
+
+def _row_index(t: torch.Tensor, idx) -> frozenset | None:
+    """The rows of t that t[idx] selects, when idx picks whole rows with a 1-D index or mask tensor."""
+    if isinstance(idx, tuple):
+        if not idx or any(i is not Ellipsis and not (isinstance(i, slice) and i == slice(None)) for i in idx[1:]):
+            return None
+        idx = idx[0]
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 1 or t.dim() < 1 or idx.is_floating_point() \
+            or idx.is_complex():
+        return None
+    n = int(t.shape[0])
+    if idx.dtype == torch.bool:
+        if idx.numel() != n:
+            return None
+        rows = idx.nonzero().flatten()
+    else:
+        rows = idx.long() % max(n, 1)
+    if rows.numel() == 0 or rows.numel() > 200_000:
+        return None
+    return frozenset(rows.cpu().tolist())
+
+
+def _note_rows(w, t: torch.Tensor, idx, out: torch.Tensor, kind: str) -> None:
+    rows = _row_index(t, idx)
+    if rows is None:
+        return
+    m = masks_of(w)
+    key = (len(rows), hash(rows))
+    if key not in m["sets"]:
+        if len(m["sets"]) >= _MAX_MASKS:
+            return
+        m["sets"][key] = rows
+    n = int(t.shape[0])
+    remember(w.followed, out, kind)  # out[idx] is followed like out: accuracy on a subset is checked too
+    _remember_rows(w, out, key, n)
+    if not torch.is_grad_enabled() or w._phase == "eval":
+        m["eval"].setdefault(n, {}).setdefault(w.steps, set()).add(key)
+
+
+def _remember_rows(w, t: torch.Tensor, key, n: int) -> None:
+    table = getattr(w, "_tw_rows_of", None)
+    if table is None:
+        table = w._tw_rows_of = {}
+    table[id(t)] = (weakref.ref(t), key, n)
+    if len(table) > 64:
+        for k in list(table)[:32]:
+            del table[k]
+
+
+def _rows_of(w, t: torch.Tensor):
+    ent = getattr(w, "_tw_rows_of", {}).get(id(t))
+    return (ent[1], ent[2]) if ent is not None and ent[0]() is t else None
+
+
+def _note_train_rows(w, inp: torch.Tensor) -> None:
+    """A training loss: is its input rows of a model output (out[idx_train])? inp is a detached alias."""
+    table = getattr(w, "_tw_rows_of", None)
+    if not table:
+        return
+    ptr, shape = inp.data_ptr(), inp.shape
+    for ref, key, n in list(table.values()):
+        t = ref()
+        if t is not None and t.shape == shape and t.data_ptr() == ptr:
+            masks_of(w)["train"].setdefault(n, set()).add(key)
+            return
+
+
+def shared_input_masks(w) -> dict:
+    """Per row count N of a model output indexed by masks: the training-loss rows and, per evaluation
+    step, the row sets evaluated. data.py uses it to judge train/val overlap on rows, not inputs."""
+    m = getattr(w, "_tw_masks", None)
+    if not m:
+        return {}
+    found = {}
+    for n, train_keys in m["train"].items():
+        train = set().union(*(m["sets"][k] for k in train_keys))
+        evals = m["eval"].get(n)
+        if not evals:
+            continue
+        found[n] = {"train": train, "eval": {s: [m["sets"][k] for k in keys] for s, keys in evals.items()}}
+    return found
 
 
 def _values_compared(w, vals: torch.Tensor, labels: torch.Tensor) -> None:
