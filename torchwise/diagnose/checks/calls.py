@@ -70,3 +70,24 @@ def _per_batch_scheduler(rec, stopped: bool = False) -> Finding | None:
                        f"the schedule ({horizon} steps) ends long before training does. LR last: {rec.lr_last:.3g}.",
                        where=rec.where, evidence=evidence | {"lr below 1/100 at step": rec.collapse_at})
     return None
+
+
+def undecided(w) -> dict[str, str]:
+    """Detectors of this module that could not judge this run, and why (for the coverage report)."""
+    probes = w.calls
+    if probes is None:
+        return {}
+    stopped = bool(w.max_steps) and w.steps >= w.max_steps
+    out: dict[str, str] = {}
+    for rec in probes.schedulers.values():
+        busiest = max(rec.per_pass, key=rec.per_pass.get, default=None)
+        if busiest is None or rec.per_pass[busiest] < 3 or _per_batch_scheduler(rec, stopped) is not None:
+            continue
+        batches = rec.pass_len.get(busiest, 0)
+        if stopped and rec.collapse_at is None and (rec.horizon is None or rec.horizon >= batches) \
+                and (rec.horizon is None or rec.horizon > rec.calls):
+            h = "no fixed length" if rec.horizon is None else f"{rec.horizon:g} steps"
+            out["scheduler-stepped-per-batch"] = (
+                f"{rec.kind} is stepped every batch and its schedule ({h}) is longer than the {rec.calls} steps "
+                "seen before the run was stopped: whether it ends with the training could not be seen")
+    return out

@@ -373,16 +373,16 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
         if not (cs["last"] > 0.97 * cs["first"] and cs["first"] > 1e-3 and not cs["learned"]):
             continue
         b, se, m = _trend(vals)
-        best_drop = max(0.0, -(b - 3 * se)) * m  # the most decrease the noise allows over the window
+        best_drop = max(0.0, -(b - 2 * se)) * m  # the most decrease the noise allows over the window (2 s.e.)
         clear = best_drop < 0.03 * cs["first"]
         if not (clear or seen_enough):
             reasons.append(
                 f"{'the loss of ' + label if label else 'the loss'} went from {cs['first']:.4g} to {cs['last']:.4g} "
                 f"over {cs['n']} values, but the run was stopped after {w.steps} optimizer steps "
                 f"({epochs} whole epoch(s) seen) and "
-                + (f"it is still falling, beyond its noise (slope {b:.2g} +- {3 * se:.2g} per value): a slow start"
-                   if b + 3 * se < 0 else
-                   f"at its noise (slope {b:.2g} +- {3 * se:.2g} per value) a slow start cannot be told from no "
+                + (f"it is still falling, beyond its noise (slope {b:.2g} +- {2 * se:.2g} per value): a slow start"
+                   if b + 2 * se < 0 else
+                   f"at its noise (slope {b:.2g} +- {2 * se:.2g} per value) a slow start cannot be told from no "
                    "progress"))
             continue
         of = f" of {label}" if label else ""
