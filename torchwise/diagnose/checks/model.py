@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 
 import torch
@@ -496,17 +497,21 @@ def install_evidence_hooks(w) -> None:
     from torchwise.diagnose.checks import optim as _optim
     cls = type(w)
     if "note_root_input" not in cls._root_pre_impl.__code__.co_names:
-        orig_pre = w._root_pre_impl
+        # _root_pre_impl hands each deep step's input to _inspect_input; wrapping that (not _root_pre_impl,
+        # whose callees look at their own call stack) leaves the frames they see unchanged
+        orig_inspect = w._inspect_input
 
-        def root_pre(module, args, _orig=orig_pre):
+        def inspect_input(x, train, _orig=orig_inspect):
             try:
-                if id(module) in w.roots:
-                    _optim.note_root_input(w, module, args)
+                caller = sys._getframe(1)
+                module = caller.f_locals.get("module") if caller.f_code.co_name == "_root_pre_impl" else None
+                if module is not None and id(module) in w.roots:
+                    _optim.note_root_input(w, module, caller.f_locals.get("args") or (x,))
             except Exception:
                 pass
-            return _orig(module, args)
+            return _orig(x, train)
 
-        w._root_pre_impl = root_pre
+        w._inspect_input = inspect_input
     if "record_relu" not in cls._record_relu.__code__.co_names:
         w._record_relu = lambda key, out, label: record_relu(w, key, out, label)
     if "accumulation_retains" not in cls._on_accumulate.__code__.co_names:
