@@ -145,8 +145,8 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
 
 def _looks_like_lm(w, inp, labels, C) -> bool:
     """Targets that are token ids: next-token prediction over a vocabulary (see the module doc)."""
-    tok = getattr(w, "_tw_tokens", None)
-    if tok is not None and tok["step"] == w.steps and tok["V"] == C:
+    tok = getattr(w, "_tw_tokens", {}).get(C)  # the lookups of an embedding as large as the output
+    if tok is not None and tok["step"] == w.steps:
         ids = tok["ids"]
         try:
             inside = torch.isin(labels, ids.to(labels.device).flatten())
@@ -158,7 +158,8 @@ def _looks_like_lm(w, inp, labels, C) -> bool:
         ptr, n = inp.data_ptr(), inp.numel()
         for ref, _ in list(w.followed.values()):
             t = ref()
-            if t is not None and t.dim() >= 3 and t.numel() == n and t.data_ptr() == ptr:
+            if t is not None and t.dim() >= 3 and t.numel() == n and t.data_ptr() == ptr \
+                    and sum(s > 1 for s in t.shape[:-1]) >= 2:
                 return True  # a (B, T, C) output flattened to (B*T, C): one prediction per position
     return False
 
@@ -463,7 +464,8 @@ def follow(w, func, args: tuple, out) -> None:
 
 # --------------------------------------------------------------------------- tokens and row masks
 # Evidence of the task, gathered while model outputs are followed (deep steps):
-# * the last nn.Embedding lookup of token ids (w._tw_tokens): next-token targets are among its ids;
+# * the last nn.Embedding lookup of token ids per embedding size (w._tw_tokens): next-token targets are among
+#   the ids of the embedding as large as the output;
 # * model outputs indexed by rows, out[idx] (w._tw_rows_of): a training loss on out[idx_train] and an
 #   evaluation on out[idx_val] of one full-input forward (transductive learning) are judged on their rows.
 
@@ -476,7 +478,11 @@ _MAX_MASKS = 256
 def _note_tokens(w, args: tuple) -> None:
     ids, weight = args[0], args[1] if len(args) >= 2 else None
     if isinstance(weight, torch.Tensor) and weight.dim() == 2 and not ids.is_floating_point() and ids.numel():
-        w._tw_tokens = {"V": int(weight.shape[0]), "ids": ids.detach(), "step": w.steps}
+        table = getattr(w, "_tw_tokens", None)
+        if table is None:
+            table = w._tw_tokens = {}
+        if len(table) < 16 or int(weight.shape[0]) in table:  # per vocabulary size: token and position embeddings
+            table[int(weight.shape[0])] = {"ids": ids.detach(), "step": w.steps}
 
 
 def masks_of(w) -> dict:
