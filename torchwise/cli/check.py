@@ -161,6 +161,9 @@ def _coverage_line(cov: dict) -> str:
     if cov.get("processes_followed"):
         procs = ", ".join(f"{p['label']}: {p['steps']} steps" for p in cov.get("processes", []))
         parts.append(f"{cov['processes_followed']} worker process(es) followed ({procs})")
+    if cov.get("processes_unseen"):
+        parts.append(f"{cov['processes_unseen']} worker process(es) started but reported nothing (killed, or "
+                     "crashed before the end): their training was not checked")
     line = "coverage: " + "; ".join(parts)
     und = cov.get("undecided") or {}
     if und:

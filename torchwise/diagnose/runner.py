@@ -171,6 +171,7 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
     errors = list(watcher.internal_errors) + workers.internal_errors
     coverage = checks.coverage(watcher, workers=workers.summaries, stop_reason=watcher.stop_reason,
                                internal_errors=len(errors))
+    coverage["processes_unseen"] = max(0, workers.started - len(workers.summaries))  # killed, or crashed early
     report = watcher.report()
     report["findings"] = [f.to_dict() for f in findings]
     report["steps"] = steps

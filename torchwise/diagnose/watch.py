@@ -475,6 +475,7 @@ class Watcher:
         self._stop_since: float | None = None
         self.on_force_stop: Any = None   # runner: finish the report and end the process
         self._fwd_since_step = 0
+        self._last_train_input: weakref.ref | None = None  # the last training forward's input tensor
 
     # ------------------------------------------------------------------ the checker's own health
 
@@ -767,7 +768,9 @@ class Watcher:
         if not stack:
             mid = id(module)
             if self._global and mid not in self.roots and mid not in self._not_roots:
-                if next(module.parameters(), None) is not None:
+                if mid in self._local_ids:  # a part of a known model called directly (vae.decode(z)): not a model
+                    self._not_roots.add(mid)
+                elif next(module.parameters(), None) is not None:
                     self._add_root(module)
                     self._root_pre(module, args)  # the hook just added runs from the next call on
                 else:
@@ -931,7 +934,13 @@ class Watcher:
             except Exception:
                 self.overfit_capture = {}
         if self.hash_rows and x.dim() >= 1 and x.shape[0] > 0:
-            self._hash_rows(x, grad and self._phase != "eval", id(module))
+            train = grad and self._phase != "eval"
+            if train:
+                self._last_train_input = weakref.ref(x)
+            elif self._last_train_input is not None and self._last_train_input() is x:
+                return  # the batch the last step trained on, looked at again (a reconstruction shown at the
+                #         end of an epoch): not an evaluation of the model on training data
+            self._hash_rows(x, train, id(module))
 
     def _note_sample_shape(self, info: RootInfo, args: tuple, x: torch.Tensor) -> None:
         """A training forward of a convolutional model with cudnn.benchmark on: the shape of its inputs
@@ -1227,16 +1236,18 @@ class Watcher:
             self._opt_param_ids.update(id(p) for p in g["params"])
 
     def _note_manual_update(self, args: tuple) -> None:
-        """A hand-written update (`p -= lr * p.grad`, `p.data.add_(...)`): the first in-place write to a
-        model parameter after a backward() is one optimizer step, so the run's training is seen."""
+        """A hand-written update (`p -= lr * p.grad`, `p.data.add_(...)`, `w1 -= lr * w1.grad` on bare tensors):
+        the first in-place write to a model parameter, or to a leaf tensor with a gradient, after a
+        backward() is one optimizer step, so the run's training is seen."""
         if not self._manual_since_backward or not args or not isinstance(args[0], torch.Tensor):
             return
         t = args[0]
         try:
             if torch.is_grad_enabled() and t.requires_grad:
                 return  # not an update: autograd would refuse an in-place write to a leaf that needs grad
-            if self._param_ptrs.get(t.untyped_storage().data_ptr()) is None:
-                return
+            if self._param_ptrs.get(t.untyped_storage().data_ptr()) is None and not (
+                    t.is_leaf and t.requires_grad and t.grad is not None):
+                return  # neither a model's parameter nor a bare leaf tensor that backward() gave a gradient
         except Exception:  # a tensor without storage (a subclass, meta): not a parameter of ours
             return
         self._manual_since_backward = False

@@ -48,7 +48,7 @@ def decide_all(w) -> list[Finding]:
 
 
 # Detectors that need an evaluation pass to judge anything.
-_NEEDS_EVAL = ("eval-mode-missing", "train-val-overlap", "val-augmentation", "eval-without-no-grad")
+_NEEDS_EVAL = ("eval-mode-missing", "train-val-overlap", "val-augmentation")
 
 
 def undecided(w) -> dict[str, str]:
@@ -91,8 +91,17 @@ def coverage(w, *, workers: list[dict], stop_reason: str | None, internal_errors
         "checker_errors": internal_errors,
     }
     und = undecided(w)
-    if workers and worker_steps and und.get("*"):
-        und = {}  # the parent did not train; its workers did (their own coverage is in "processes")
+    for s in workers:  # what the followed workers saw adds to what this process saw
+        wc = s.get("coverage") or {}
+        for key in ("evaluation_passes", "evaluation_forwards", "backward_calls"):
+            cov[key] += int(wc.get(key, 0))
+        cov["models"] += [m for m in wc.get("models", []) if m not in cov["models"]]
+        cov["optimizers"] += [o for o in wc.get("optimizers", []) if o not in cov["optimizers"]]
+    trained = [s for s in workers if s.get("steps")]
+    if trained and w.steps == 0:
+        # the workers trained, this process did not: a check is undecided only where no worker could judge it
+        per_worker = [(s.get("coverage") or {}).get("undecided", {}) for s in trained]
+        und = {i: why for i, why in per_worker[0].items() if all(i in u for u in per_worker[1:])}
     cov["undecided"] = und
     return cov
 
