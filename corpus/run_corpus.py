@@ -116,12 +116,22 @@ def _missing_needs(p: Program) -> list[str]:
     return out
 
 
-_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_HEX_ID = re.compile(r"\b[0-9a-f]{8,}\b")  # run ids, hashes
+_NUMBER = re.compile(r"[-+]?(\d[\d,_]*\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf")
 
 
-def _shape(text: str) -> list[str]:
-    """Lines with every number replaced: runs of an unseeded program print other numbers, not other lines."""
-    return [_NUMBER.sub("#", line).rstrip() for line in text.splitlines() if line.strip()]
+def _shape(text: str, folder: str) -> list[str]:
+    """What a program printed, without what differs from run to run of the same code: numbers (timings,
+    an unseeded program's values), run ids, colour codes, the folder it ran in, progress bars redrawn
+    with carriage returns and repeated progress lines."""
+    out: list[str] = []
+    for line in text.replace(folder, "<dir>").splitlines():
+        line = _ANSI.sub("", line.rsplit("\r", 1)[-1])
+        line = _NUMBER.sub("#", _HEX_ID.sub("<id>", line)).rstrip()
+        if line.strip() and (not out or out[-1] != line):
+            out.append(line)
+    return out
 
 
 def _env() -> dict[str, str]:
@@ -179,7 +189,7 @@ def run_program(p: Program, *, full: bool = False, strict: bool = True, keep: Pa
         if rc == 2 and out.plain_rc == 0:
             tail = "\n".join(err_check.strip().splitlines()[-6:])
             out.note = (out.note + "; " if out.note else "") + "check exits 2: " + tail[:400]
-        plain_lines, check_lines = _shape(stdout_plain), _shape(stdout_check)
+        plain_lines, check_lines = _shape(stdout_plain, str(plain_dir)), _shape(stdout_check, str(check_dir))
         if out.plain_rc == 0 and rc in (0, 1):
             same = check_lines == plain_lines if not stopped else check_lines == plain_lines[:len(check_lines)]
             if not same:

@@ -212,6 +212,16 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 _MODE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 
 
+def _behaves_by_mode(m: nn.Module) -> bool:
+    """Whether model.train()/eval() changes what this layer computes: Dropout with p > 0, BatchNorm (and
+    InstanceNorm) that keeps running statistics. nn.Dropout(p=0.0), common in transformer configs, does not."""
+    if isinstance(m, nn.modules.dropout._DropoutNd):
+        return float(getattr(m, "p", 0.0)) > 0.0
+    if isinstance(m, nn.modules.batchnorm._NormBase):
+        return bool(getattr(m, "track_running_stats", True)) or isinstance(m, nn.modules.batchnorm._BatchNorm)
+    return False
+
+
 @dataclass
 class RootInfo:
     """A top-level model (a module with parameters called from outside any other module)."""
@@ -226,6 +236,7 @@ class RootInfo:
     n_forward: int = 0
     where_forward: str | None = None
     has_conv: bool = False            # convolution layers: cudnn.benchmark searches their algorithms per shape
+    lazy: bool = False                # had uninitialized (Lazy*) parameters when first seen
 
 
 @dataclass
@@ -747,8 +758,9 @@ class Watcher:
         info = RootInfo(
             module=module, label=type(module).__name__, module_ids=set(names), names=names,
             param_names={id(p): n for n, p in module.named_parameters()},
-            has_mode_layers=any(isinstance(m, _MODE_LAYERS) for m in module.modules()),
+            has_mode_layers=any(_behaves_by_mode(m) for m in module.modules()),
             has_conv=any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules()),
+            lazy=any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters()),
         )
         self.roots[id(module)] = info
         self._local_ids |= info.module_ids
@@ -887,6 +899,10 @@ class Watcher:
         info = self.roots.get(id(module))
         if info is None:
             return
+        if info.lazy:
+            info.lazy = any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters())
+            if info.lazy or not self.steps:
+                return  # a forward that builds lazy layers (before training) is neither training nor evaluation
         info.n_forward += 1
         self._fwd_since_step += 1
         grad = torch.is_grad_enabled()
@@ -1402,7 +1418,11 @@ class Watcher:
         elif info.is_eval:
             self.eval_seen = True
             self._eval_since_epoch = True
-            if info.fwd_train_mode and not info.fwd_no_grad and any(r.has_mode_layers for r in self.roots.values()):
+            # a pass of one batch abandoned before it ended (`next(iter(loader))` to peek a batch, to build
+            # lazy layers) is not an evaluation
+            real = info.ended or info.n_batches >= 2
+            if real and info.fwd_train_mode and not info.fwd_no_grad and \
+                    any(r.has_mode_layers for r in self.roots.values()):
                 self._hit("eval-mode-missing", where=info.where_train_mode_fwd)
             from torchwise.diagnose.checks import data
             with _quiet():

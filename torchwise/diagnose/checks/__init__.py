@@ -83,7 +83,9 @@ def coverage(w, *, workers: list[dict], stop_reason: str | None, internal_errors
         "models": [r.label for r in w.roots.values()],
         "optimizers": [type(o).__name__ for o in w.optimizers],
         "evaluation_passes": eval_passes,
-        "evaluation_forwards": w.eval_forwards,
+        # forwards under no_grad or in an evaluation pass (a validation loop run with gradients on counts)
+        "evaluation_forwards": max(w.eval_forwards, sum(p.fwd_train_mode + p.fwd_eval_mode for p in w.passes
+                                                        if p.closed and p.is_eval)),
         "processes_followed": len(workers),
         "processes": [{"label": s.get("label"), "steps": s.get("steps", 0),
                        "findings": len(s.get("findings", []))} for s in workers],
