@@ -280,12 +280,15 @@ def on_root_output(w, module, out) -> None:
 
     w.graph_uses.append({"step": w.steps, "reached": flag, "handles": [n.register_prehook(reached) for n in nodes],
                          "training": module.training, "where": user_where(),
-                         "samples": int(tensors[0].shape[0]) if tensors[0].dim() else 1})
+                         "samples": int(tensors[0].shape[0]) if tensors[0].dim() else 1,
+                         "key": (tensors[0].data_ptr(), tensors[0].numel())})
 
 
 def settle_graph_uses(w) -> None:
     """After each optimizer step: a forward whose graph no backward() reached within 2 steps never will
     (a GAN's generator output is reached one optimizer step later, by the generator's backward)."""
+    from torchwise.diagnose.checks import optim as _optim
+    fed_keys = _optim.jstate(w).get("fed_keys", set())
     keep = []
     for rec in w.graph_uses:
         if not rec["reached"][0] and w.steps - rec["step"] < 2:
@@ -293,13 +296,18 @@ def settle_graph_uses(w) -> None:
             continue
         for h in rec["handles"]:
             h.remove()
-        if not rec["reached"][0]:
+        # an output that went on into another model's forward (a GAN's fake, detached for the
+        # discriminator's step) was a training input, not an evaluation
+        fed = rec.get("key") in fed_keys
+        if not rec["reached"][0] and not fed:
             u = w.hit_info.setdefault("eval-without-no-grad", {"forwards": 0, "samples": 0, "in_eval_mode": 0})
             u["forwards"] += 1
             u["samples"] += rec["samples"]
             u["in_eval_mode"] += not rec["training"]
             w.hit_where.setdefault("eval-without-no-grad", rec["where"])
     w.graph_uses = keep
+    if fed_keys and not keep:
+        fed_keys.clear()
 
 
 def _decide_graph_uses(w) -> list[Finding]:
