@@ -369,7 +369,7 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
         series = [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())]
     else:
         series = [(None, [v for v in ls["vals"] if math.isfinite(v)])]
-    stopped = bool(w.max_steps) and w.steps >= w.max_steps
+    stopped = bool(getattr(w, "stop_reason", None)) or (bool(w.max_steps) and w.steps >= w.max_steps)
     epochs = sum(1 for p in w.passes if p.closed and p.steps > 0)
     seen_enough = not stopped or epochs >= 2
     found, reasons = [], []
