@@ -85,9 +85,9 @@ class Outcome:
         return "clean" if not unexplained else "clean (unlisted info: " + ", ".join(unexplained) + ")"
 
 
-def load_programs(only: list[str] | None = None, quick: bool = False) -> list[Program]:
+def load_programs(only: list[str] | None = None, quick: bool = False, root: Path | None = None) -> list[Program]:
     progs = []
-    for cfg in sorted(PROGRAMS.glob("*/corpus.json")):
+    for cfg in sorted((root or PROGRAMS).glob("*/corpus.json")):
         d = json.loads(cfg.read_text(encoding="utf-8"))
         p = Program(name=cfg.parent.name, folder=cfg.parent, kind=d["kind"], expect=list(d.get("expect", [])),
                     info_ok=dict(d.get("info_ok", {})), args=[str(a) for a in d.get("args", [])],
@@ -238,6 +238,7 @@ def totals(outcomes: list[Outcome], full: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--programs", metavar="DIR", help=f"the corpus folder (default {PROGRAMS})")
     ap.add_argument("--only", nargs="+", metavar="NAME")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--full", action="store_true", help="check with --max-steps 0 (comparable slowdown)")
@@ -245,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--keep", metavar="DIR", help="write each run's output there")
     args = ap.parse_args(argv)
-    progs = load_programs(args.only, args.quick)
+    progs = load_programs(args.only, args.quick, Path(args.programs) if args.programs else None)
+    if not progs:
+        print(f"no corpus programs under {args.programs or PROGRAMS} (corpus/README.md says how they are kept)")
+        return 0
     if args.install_needs:
         needs = sorted({n for p in progs for n in p.needs})
         if needs:
