@@ -126,20 +126,20 @@ def _train_loader_site(w) -> str | None:
 
 
 def _overlap(w) -> list[Finding]:
+    masked = _masked_verdicts(w)
+    for v in masked.values():
+        if v["overlap"]:  # judged on the rows of the output: whether or not the forward was hashed as an evaluation
+            return [_masks_overlap_finding(v)]
     if not w.train_hashes or not w.eval_groups:
         return []
     fulls, partials, nones, on_train = [], [], [], []
     trained = {id(getattr(p.loader, "dataset", None)) for p in w.passes if p.steps > 0}
-    masked = _masked_verdicts(w)
     for g in w.eval_groups:
         hs = g["hashes"]
         if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation
             continue
-        verdict = _masked_group(masked, g, hs, w.train_hashes)
-        if verdict is not None:
-            if verdict["overlap"]:
-                return [_masks_overlap_finding(g, verdict)]
-            nones.append((g, 0, len(hs)))
+        if _masked_group(masked, hs, w.train_hashes):
+            nones.append((g, 0, len(hs)))  # rows held out of the training loss were evaluated
             continue
         if g.get("dataset") is not None and g["dataset"] in trained:
             # accuracy over the training data itself: fine next to a real validation set, a mistake alone
@@ -165,38 +165,39 @@ def _overlap(w) -> list[Finding]:
 # overlap is a matter of the output rows each side uses (losses.shared_input_masks).
 
 def _masked_verdicts(w) -> dict:
-    """Per output row count N: whether the evaluation at some step had a row set held out of the
-    training loss's rows (a real validation mask), or else the evaluated rows closest to being held out."""
+    """Per output row count N: did an evaluation use rows held out of the training loss's rows (a real
+    validation mask)? If not, and some evaluated row set reaches beyond the training rows while
+    overlapping them (idx_val that starts inside idx_train, or every node), that is overlap. Evaluating
+    exactly the training rows (training accuracy) alone is not judged here."""
     from torchwise.diagnose.checks.losses import shared_input_masks
     verdicts = {}
     for n, rec in shared_input_masks(w).items():
-        train, best = rec["train"], None
-        for step, sets in rec["eval"].items():
+        train, held_out, best = rec["train"], False, None
+        for sets in rec["eval"].values():
             for rows in sets:
                 hit = len(rows & train)
-                if best is None or hit / len(rows) < best[0] / best[1]:
-                    best = (hit, len(rows), step)
-        if best is None:
+                if hit <= 0.02 * len(rows) or hit < 5:
+                    held_out = True
+                elif hit < len(rows) and (best is None or hit / len(rows) < best[0] / best[1]):
+                    best = (hit, len(rows))
+        if not held_out and best is None:
             continue
-        hit, size, step = best
-        overlap = hit / size > 0.02 and hit >= 5
-        verdicts[n] = {"overlap": overlap, "overlapping": hit, "evaluated": size, "rows": n,
-                       "train_rows": len(train)}
+        verdicts[n] = {"overlap": not held_out, "rows": n, "train_rows": len(train), "where": rec.get("where"),
+                       "overlapping": best[0] if best else 0, "evaluated": best[1] if best else 0}
     return verdicts
 
 
-def _masked_group(masked: dict, g: dict, hs: list, train_hashes: set) -> dict | None:
-    """The verdict on the masks for an evaluation group whose input rows were all trained on, or None."""
-    if not masked:
-        return None
+def _masked_group(masked: dict, hs: list, train_hashes: set) -> bool:
+    """Whether an evaluation group whose input rows were all trained on is one input shared by masks,
+    with a held-out mask evaluated."""
     for n, verdict in masked.items():
-        if n and len(hs) % n == 0 and sum(x in train_hashes for x in hs) >= 0.9 * len(hs):
-            return verdict
-    return None
+        if not verdict["overlap"] and n and len(hs) % n == 0 and sum(x in train_hashes for x in hs) >= 0.9 * len(hs):
+            return True
+    return False
 
 
-def _masks_overlap_finding(g: dict, v: dict) -> Finding:
-    return Finding("train-val-overlap", where=g["where"],
+def _masks_overlap_finding(v: dict) -> Finding:
+    return Finding("train-val-overlap", where=v["where"],
                    message=f"Training and evaluation use rows of one forward over the same {v['rows']} inputs (index "
                            f"masks, as in transductive graph learning), and {v['overlapping']} of the "
                            f"{v['evaluated']} rows evaluated ({v['overlapping'] / v['evaluated']:.0%}) are among "

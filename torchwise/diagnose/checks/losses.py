@@ -5,10 +5,11 @@
 
 The task is judged from what the script does, not from names:
 
-* a language model (next-token prediction) is recognised when the class-index targets are token ids:
-  the model embeds token ids with an nn.Embedding as large as its output (num_embeddings == C) and
-  the targets are among those ids, or the loss gets a (B, T, C) model output flattened to (B*T, C)
-  over a large vocabulary. Its vocabulary is not all seen in a short run and its token frequencies
+* a language model (next-token prediction, a seq2seq decoder) is recognised when the class-index targets
+  are token ids: in the same step the model encoded sequences of token ids ((B, T) or (T, B); with
+  nn.Embedding, F.one_hot or a table indexed by the ids) over a vocabulary as large as its output
+  (num_embeddings == C), or the loss gets a (B, T, C) model output flattened to (B*T, C) over a large
+  vocabulary. Its vocabulary is not all seen in a short run and its token frequencies
   are Zipfian by nature: neither is an output/label mismatch or an imbalance to weight.
 * one input shared by index masks (transductive graph learning: model(features, adj) over the whole
   graph, the loss on out[idx_train], evaluation on out[idx_val]) is recognised from the row indices
@@ -145,15 +146,9 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
 
 def _looks_like_lm(w, inp, labels, C) -> bool:
     """Targets that are token ids: next-token prediction over a vocabulary (see the module doc)."""
-    tok = getattr(w, "_tw_tokens", {}).get(C)  # the lookups of an embedding as large as the output
+    tok = getattr(w, "_tw_tokens", {}).get(C)  # sequences of token ids encoded over a vocabulary as large as the output
     if tok is not None and tok["step"] == w.steps:
-        ids = tok["ids"]
-        try:
-            inside = torch.isin(labels, ids.to(labels.device).flatten())
-            if float(inside.float().mean()) >= 0.5:
-                return True
-        except (RuntimeError, TypeError):
-            pass
+        return True
     if C >= _LM_MIN_VOCAB:
         ptr, n = inp.data_ptr(), inp.numel()
         for ref, _ in list(w.followed.values()):
@@ -438,7 +433,15 @@ def follow(w, func, args: tuple, out) -> None:
                     return
         return
     if func in _EMBEDDING_FUNCS:
-        _note_tokens(w, args)
+        _note_tokens(w, args[0], args[1] if len(args) >= 2 else None)
+        return
+    if func is _ONE_HOT:
+        n = args[1] if len(args) >= 2 else -1
+        _note_tokens(w, args[0], n if isinstance(n, int) and n > 0 else None)
+        return
+    if func is _GETITEM and isinstance(args[0], torch.nn.Parameter) and len(args) >= 2 \
+            and isinstance(args[1], torch.Tensor):
+        _note_tokens(w, args[1], args[0])  # a table indexed by token ids: emb = C[X]
         return
     kind = recall(w.followed, args[0])
     if kind is None:
@@ -464,25 +467,36 @@ def follow(w, func, args: tuple, out) -> None:
 
 # --------------------------------------------------------------------------- tokens and row masks
 # Evidence of the task, gathered while model outputs are followed (deep steps):
-# * the last nn.Embedding lookup of token ids per embedding size (w._tw_tokens): next-token targets are among
-#   the ids of the embedding as large as the output;
+# * the step of the last encoding of token-id sequences per vocabulary size (w._tw_tokens): nn.Embedding,
+#   F.one_hot or a table indexed by ids; a vocabulary as large as the output makes the targets tokens;
 # * model outputs indexed by rows, out[idx] (w._tw_rows_of): a training loss on out[idx_train] and an
 #   evaluation on out[idx_val] of one full-input forward (transductive learning) are judged on their rows.
 
 _EMBEDDING_FUNCS = {F.embedding}
+_ONE_HOT = F.one_hot
 _ARGMAX_FUNCS = {torch.argmax, torch.Tensor.argmax}
 _GETITEM = torch.Tensor.__getitem__
 _MAX_MASKS = 256
 
 
-def _note_tokens(w, args: tuple) -> None:
-    ids, weight = args[0], args[1] if len(args) >= 2 else None
-    if isinstance(weight, torch.Tensor) and weight.dim() == 2 and not ids.is_floating_point() and ids.numel():
-        table = getattr(w, "_tw_tokens", None)
-        if table is None:
-            table = w._tw_tokens = {}
-        if len(table) < 16 or int(weight.shape[0]) in table:  # per vocabulary size: token and position embeddings
-            table[int(weight.shape[0])] = {"ids": ids.detach(), "step": w.steps}
+def _note_tokens(w, ids: torch.Tensor, weight) -> None:
+    """Token ids encoded for the model (nn.Embedding, F.one_hot, a table indexed by ids), per vocabulary size.
+    Only sequences count (two dims > 1: (B, T) or (T, B)): a (B,) lookup is a label embedding (a conditional
+    GAN's), not text."""
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        V = int(weight.shape[0])
+    elif isinstance(weight, int):
+        V = weight
+    else:
+        return
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dtype == torch.bool \
+            or sum(s > 1 for s in ids.shape) < 2:
+        return
+    table = getattr(w, "_tw_tokens", None)
+    if table is None:
+        table = w._tw_tokens = {}
+    if len(table) < 16 or V in table:  # token and position embeddings have their own sizes
+        table[V] = {"step": w.steps}
 
 
 def masks_of(w) -> dict:
@@ -526,8 +540,11 @@ def _note_rows(w, t: torch.Tensor, idx, out: torch.Tensor, kind: str) -> None:
     n = int(t.shape[0])
     remember(w.followed, out, kind)  # out[idx] is followed like out: accuracy on a subset is checked too
     _remember_rows(w, out, key, n)
-    if not torch.is_grad_enabled() or w._phase == "eval":
+    if (not torch.is_grad_enabled() or w._phase == "eval") and w.steps > 0:  # step 0: a baseline
         m["eval"].setdefault(n, {}).setdefault(w.steps, set()).add(key)
+        if "where" not in m:
+            from torchwise.diagnose.watch import user_where
+            m["where"] = user_where()
 
 
 def _remember_rows(w, t: torch.Tensor, key, n: int) -> None:
@@ -570,7 +587,8 @@ def shared_input_masks(w) -> dict:
         evals = m["eval"].get(n)
         if not evals:
             continue
-        found[n] = {"train": train, "eval": {s: [m["sets"][k] for k in keys] for s, keys in evals.items()}}
+        found[n] = {"train": train, "eval": {s: [m["sets"][k] for k in keys] for s, keys in evals.items()},
+                    "where": m.get("where")}
     return found
 
 
