@@ -63,6 +63,18 @@ logits = model(x)                  # no softmax in the model's forward
 loss = F.cross_entropy(logits, y)  # or nn.CrossEntropyLoss()(logits, y)
 probs = logits.softmax(dim=1)      # only where you need probabilities (prediction)
 """),
+    _e("log-softmax-into-cross-entropy", "info", "cross_entropy is given log-probabilities (a log_softmax output)",
+       "cross_entropy (nn.CrossEntropyLoss) applies log_softmax itself. log_softmax is idempotent (the logsumexp of "
+       "log-probabilities is 0), so cross_entropy(log_softmax(x)) equals cross_entropy(x) in value and in gradient: "
+       "the second log_softmax is redundant, not wrong. It usually means a model written for nll_loss is trained "
+       "with cross_entropy, and its outputs are log-probabilities where a reader expects logits.",
+       """
+def forward(self, x):
+    return self.fc(x)              # raw scores: cross_entropy applies log_softmax itself
+loss = F.cross_entropy(model(x), y)
+# or keep log_softmax in forward and use the loss written for it:
+loss = F.nll_loss(model(x), y)     # nll_loss(log_softmax(x), y) == cross_entropy(x, y)
+"""),
     _e("double-sigmoid", "error", "Sigmoid applied before BCEWithLogitsLoss",
        "BCEWithLogitsLoss applies the sigmoid itself; a second sigmoid squeezes its input into (0, 1), "
        "so predictions can never be confident and the gradients are tiny.",
@@ -397,10 +409,15 @@ DETECTED_BY: dict[str, str] = {
     "eval-mode-missing": "a forward under no_grad, or over a loader that runs no optimizer step, with model.training "
                          "True in a model that has Dropout/BatchNorm",
     "train-mode-missing": "forward passes with gradients in eval mode, followed by optimizer.step()",
-    "softmax-before-loss": "every row of the cross_entropy/nll_loss input is >= 0 and sums to 1",
+    "softmax-before-loss": "the cross_entropy/nll_loss input is in [0, 1] and sums to 1 over the class dim (or over "
+                           "another dim), or is exactly 1 (0) everywhere: a softmax (log_softmax) over a dim of size 1",
+    "log-softmax-into-cross-entropy": "every value of the cross_entropy input is <= 0 and its logsumexp over the class "
+                                      "dim is 0 (a log_softmax output), in 80% of 2+ checked calls",
     "double-sigmoid": "every input of binary_cross_entropy_with_logits lies in (0, 1)",
     "labels-not-zero-based": "the class-index targets of cross_entropy never contain 0; the others are contiguous",
-    "output-classes-mismatch": "the model's output width exceeds the largest target + 1 over many labels",
+    "output-classes-mismatch": "labels 0..k-1 seen with C > k outputs, and the chance that the C-k others are classes "
+                               "(each at least a tenth as common as the rarest seen) none of which appeared among the "
+                               "labels is below 1e-6; not for next-token (language-model) targets",
     "wrong-loss-for-task": "the loss's inputs/targets: MSE/L1 on integer class labels, BCE on class ids, cross_entropy "
                            "on one output or real targets, nll_loss on positive values, MSE shapes that broadcast",
     "params-not-in-optimizer": "parameters of a called model that have .grad at step() but are in no optimizer",
@@ -418,13 +435,17 @@ DETECTED_BY: dict[str, str] = {
     "unnormalized-input": "mean / standard deviation / per-feature scale of model inputs in training",
     "loss-not-decreasing": "mean loss of the last quarter vs the first tenth of the run",
     "val-augmentation": "the same validation item read twice (random state restored) differs",
-    "train-val-overlap": "hashes of evaluated samples found among the hashes of trained samples",
+    "train-val-overlap": "hashes of evaluated samples found among the hashes of trained samples; for one input shared "
+                         "by index masks (loss on out[idx_train], evaluation on out[idx_val]), the evaluated output "
+                         "rows vs the rows the training loss uses",
     "no-shuffle": "the share of training batches that contain a single class",
     "sampler-epoch-not-set": "DistributedSampler.epoch unchanged between iterations of its loader",
     "dataloader-bottleneck": "time waiting in the loader's __next__ vs the whole step",
     "pin-memory-misuse": "pin_memory=True on a loader while every model parameter is on the CPU",
     "bn-small-batch": "batch size seen by BatchNorm layers in training",
-    "label-imbalance": "class counts of the loss targets, with no class weights in the loss",
+    "label-imbalance": "class counts of the loss targets with no class weights: a warning when the model predicted the "
+                       "rare class for none of its samples in the last 10 checked batches, else an info hint; not for "
+                       "next-token (language-model) targets",
     "scheduler-stepped-per-batch": "StepLR/MultiStepLR/ExponentialLR/CosineAnnealingLR.step() called several times in "
                                    "one pass over the training loader, with step_size/milestones/T_max shorter than it",
     "plateau-on-train-loss": "ReduceLROnPlateau.step(metric) with no evaluation pass since its previous call",
