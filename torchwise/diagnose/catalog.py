@@ -19,10 +19,11 @@ class Entry:
     title: str
     why: str
     fix: str
+    maybe_fine: str = ""  # an "info" entry: why what it reports may be by design
 
 
-def _e(id: str, severity: str, title: str, why: str, fix: str) -> Entry:
-    return Entry(id, severity, title, why, fix.strip("\n"))
+def _e(id: str, severity: str, title: str, why: str, fix: str, maybe_fine: str = "") -> Entry:
+    return Entry(id, severity, title, why, fix.strip("\n"), maybe_fine)
 
 
 CATALOG: dict[str, Entry] = {e.id: e for e in [
@@ -351,7 +352,7 @@ _, pred = torch.max(out, 1)        # the second result holds the class indices
 pred = out.argmax(dim=1)           # or simply this
 correct += (pred == y).sum().item()
 """),
-    _e("eval-without-no-grad", "warning", "Evaluation forwards build an autograd graph that is never used",
+    _e("eval-without-no-grad", "info", "Evaluation forwards build an autograd graph that is never used",
        "Without torch.no_grad() (or torch.inference_mode()) every forward keeps its activations for a "
        "backward() that never comes: evaluation takes about twice the memory (a common cause of CUDA "
        "out-of-memory in the validation loop) and runs slower.",
@@ -361,7 +362,9 @@ with torch.no_grad():              # or torch.inference_mode()
     for x, y in val_loader:
         val_loss += criterion(model(x), y).item()
 model.train()
-"""),
+""", maybe_fine="The results are the same with or without no_grad: only memory and time are spent. For a few "
+                "forwards (a shape check, a sample generated now and then, a full-graph evaluation no larger than "
+                "a training step) that cost is small."),
     _e("accumulation-unscaled", "warning", "Gradient accumulation sums unscaled losses",
        "backward() adds gradients up: with k batches accumulated per optimizer step and each loss not "
        "divided by k, every step uses k times the mean gradient, which is the same as a k times larger "
@@ -423,17 +426,21 @@ DETECTED_BY: dict[str, str] = {
     "params-not-in-optimizer": "parameters of a called model that have .grad at step() but are in no optimizer",
     "unregistered-submodules": "a module with parameters runs inside a model's forward but is not in model.modules()",
     "no-gradient-flow": "optimizer parameters whose .grad is None at every checked step()",
-    "loss-retains-graph": "a loss that went through backward() is added into a tensor that requires grad, or loss "
-                          "tensors stay alive 3+ steps after their backward()",
+    "loss-retains-graph": "a backward()'ed loss added into a total made at an earlier step, or loss tensors alive 3+ "
+                          "steps after their backward()",
     "lr-too-high": "weight update / weight norm per step, together with a loss that rises above its first value",
-    "lr-too-low": "weight update / weight norm below 1e-4 per step and a flat loss",
-    "exploding-gradients": "gradient norm / weight norm per tensor, at sampled steps",
+    "lr-too-low": "update / weight norm below 1e-4 per step, healthy (>= 1e-3) at a usual lr for the optimizer's "
+                  "kind, and a flat loss",
+    "exploding-gradients": "gradient norm / weight norm per tensor, per unit of loss, with a symptom (non-finite "
+                           "values, a rising loss, an update larger than the weights)",
     "vanishing-gradients": "first-layer vs last-layer (gradient norm / weight norm), at sampled steps",
-    "dead-relu": "share of ReLU units whose output is 0 for the whole batch, at sampled steps",
+    "dead-relu": "share of ReLU units whose output is 0 for every sample of consecutive sampled batches (8+ samples "
+                 "pooled)",
     "nonfinite-loss": "isfinite on the loss; then on every module output and operation to name where NaN/inf starts",
     "nonfinite-input": "isfinite on model inputs and loss targets",
     "unnormalized-input": "mean / standard deviation / per-feature scale of model inputs in training",
-    "loss-not-decreasing": "mean loss of the last quarter vs the first tenth of the run",
+    "loss-not-decreasing": "last quarter vs first tenth of each optimizer's losses; stopped runs need a clear absence "
+                           "of progress at the loss's noise (slope, 2 s.e.)",
     "val-augmentation": "the same validation item read twice (random state restored) differs",
     "train-val-overlap": "hashes of evaluated samples found among the hashes of trained samples; for one input shared "
                          "by index masks (loss on out[idx_train], evaluation on out[idx_val]), the evaluated output "
@@ -446,8 +453,9 @@ DETECTED_BY: dict[str, str] = {
     "label-imbalance": "class counts of the loss targets with no class weights: a warning when the model predicted the "
                        "rare class for none of its samples in the last 10 checked batches, else an info hint; not for "
                        "next-token (language-model) targets",
-    "scheduler-stepped-per-batch": "StepLR/MultiStepLR/ExponentialLR/CosineAnnealingLR.step() called several times in "
-                                   "one pass over the training loader, with step_size/milestones/T_max shorter than it",
+    "scheduler-stepped-per-batch": "StepLR/MultiStepLR/ExponentialLR/CosineAnnealingLR stepped several times per "
+                                   "training pass, with a schedule shorter than one epoch or an LR spent (< 1/100) "
+                                   "within the first half of the run",
     "plateau-on-train-loss": "ReduceLROnPlateau.step(metric) with no evaluation pass since its previous call",
     "clip-scaled-gradients": "clip_grad_norm_/clip_grad_value_ on gradients of a GradScaler-scaled backward before "
                              "scaler.unscale_() of their optimizer",
@@ -462,8 +470,9 @@ DETECTED_BY: dict[str, str] = {
                                   "tensor",
     "eval-without-no-grad": "a model forward with gradients enabled whose graph no backward() reaches within the "
                             "next 2 optimizer steps",
-    "accumulation-unscaled": "k > 1 backward() calls between two steps of one optimizer (gradients not cleared), each "
-                             "on a new training batch and on the loss function's output tensor itself",
+    "accumulation-unscaled": "k > 1 backward() calls between two steps of one optimizer, each on a new batch (new "
+                             "loader batch, or new input values for its models) and on the loss function's output "
+                             "itself",
     "backward-in-autocast": "torch.is_autocast_enabled(device type) is True, for the loss's device, when backward() "
                             "starts, or for the parameters' device when optimizer.step() starts",
     "cudnn-benchmark-varying-shapes": "torch.backends.cudnn.benchmark read at each training forward of a model with "
@@ -497,6 +506,8 @@ class Finding:
         self.title = self.title or entry.title
         self.fix = self.fix or entry.fix
         self.why = self.why or entry.why
+        if self.severity == "info" and not self.maybe_fine:
+            self.maybe_fine = entry.maybe_fine
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "severity": self.severity, "title": self.title, "message": self.message,

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 import os
 import statistics
 import sys
@@ -871,22 +870,7 @@ class Watcher:
             self.internal_error("optimizer step pre-hook", exc)
 
     def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
-        if not torch.is_grad_enabled() or out.dim() < 2 or out.shape[0] < 8:
-            return
-        with torch.no_grad():
-            pos = out > 0
-            if out.dim() == 2:
-                alive = pos.any(0)
-            elif out.dim() == 3:
-                alive = pos.flatten(0, 1).any(0)
-            else:
-                alive = pos.transpose(0, 1).flatten(1).any(1)
-            units = alive.numel()
-            dead = 1.0 - float(alive.float().mean())
-        rec = self.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
-        rec["fractions"].append(dead)
-        if rec["where"] is None:
-            rec["where"] = user_where()
+        _model_checks.record_relu(self, key, out, label)  # pooled over batches: batch size 1 is judged too
 
     def _on_relu_func(self, x: Any, out: Any) -> None:
         if self._stack and isinstance(self._stack[-1], nn.ReLU):
@@ -899,6 +883,8 @@ class Watcher:
         info = self.roots.get(id(module))
         if info is None:
             return
+        if self._deep and self.accum is not None:
+            _optim_checks.note_root_input(self, module, args)  # new input values: a new batch (get_batch())
         if info.lazy:
             info.lazy = any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters())
             if info.lazy or not self.steps:
@@ -1229,18 +1215,10 @@ class Watcher:
         self._bw_refs = keep
 
     def _on_accumulate(self, args: tuple, out: Any) -> None:
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            return
-        flat = []
-        for a in args:
-            flat.extend(a if isinstance(a, (list, tuple)) else [a])
-        for a in flat:
-            if isinstance(a, torch.Tensor):
-                ref = self._bw_ids.get(id(a))
-                if ref is not None and ref() is a:
-                    self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"},
-                              where_skip=4)
-                    return
+        # a running total made at an earlier step, not errD = errD_real + errD_fake within one step
+        if _model_checks.accumulation_retains(self, args, out):
+            self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"},
+                      where_skip=4)
 
     # ------------------------------------------------------------------ optimizer steps
 

@@ -121,6 +121,11 @@ _CONSEQUENCES = {
     "clip-scaled-gradients": {"lr-too-low", "loss-not-decreasing", "vanishing-gradients"},
     # an LR collapsed within the first epoch
     "scheduler-stepped-per-batch": {"lr-too-low", "loss-not-decreasing"},
+    # squashed gradients look like a tiny learning rate
+    "softmax-before-loss": {"lr-too-low", "vanishing-gradients"},
+    "double-sigmoid": {"lr-too-low", "vanishing-gradients"},
+    "wrong-loss-for-task": {"lr-too-low"},
+    "labels-not-zero-based": {"lr-too-low"},
 }
 _EXPLAINS_FLAT_LOSS = {"softmax-before-loss", "double-sigmoid", "wrong-loss-for-task", "params-not-in-optimizer",
                        "unregistered-submodules", "no-gradient-flow", "lr-too-low", "vanishing-gradients",

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import sys
 import weakref
 
 import torch
@@ -261,7 +260,6 @@ def on_root_output(w, module, out) -> None:
     with gradients on, a hook on its graph tells whether any backward() ever reaches it."""
     from torchwise.diagnose.checks import optim as _optim
     from torchwise.diagnose.checks.losses import remember
-    install_evidence_hooks(w)
     _optim.note_root_output(w, module, out)
     tensors = _out_tensors(out)
     for t in tensors[:1]:
@@ -421,8 +419,7 @@ def undecided(w) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- evidence hooks
-# The functions watch.py calls (or is to call: see install_evidence_hooks) with evidence for the
-# detectors above.
+# The functions watch.py calls with evidence for the detectors above.
 
 RELU_WINDOW = 8  # samples pooled before a unit is called dead: several batches when batches are small
 
@@ -494,39 +491,3 @@ def accumulation_retains(w, args: tuple, out) -> bool:
                 del totals[k]
     return has_loss and old_total
 
-
-def install_evidence_hooks(w) -> None:
-    """Until watch.py calls record_relu, accumulation_retains and optim.note_root_input itself (the lead's
-    patch, see the hand-over notes), route this Watcher's own methods through them. Global mode only
-    (torchwise check, torchwise.watch()); a no-op for each method that already does it."""
-    if w.__dict__.get("_evidence_hooks") or not getattr(w, "_global", False):
-        return
-    w.__dict__["_evidence_hooks"] = True
-    from torchwise.diagnose.checks import optim as _optim
-    cls = type(w)
-    if "note_root_input" not in cls._root_pre_impl.__code__.co_names:
-        # _root_pre_impl hands each deep step's input to _inspect_input; wrapping that (not _root_pre_impl,
-        # whose callees look at their own call stack) leaves the frames they see unchanged
-        orig_inspect = w._inspect_input
-
-        def inspect_input(x, train, _orig=orig_inspect):
-            try:
-                caller = sys._getframe(1)
-                module = caller.f_locals.get("module") if caller.f_code.co_name == "_root_pre_impl" else None
-                if module is not None and id(module) in w.roots:
-                    _optim.note_root_input(w, module, caller.f_locals.get("args") or (x,))
-            except Exception:
-                pass
-            return _orig(x, train)
-
-        w._inspect_input = inspect_input
-    if "record_relu" not in cls._record_relu.__code__.co_names:
-        w._record_relu = lambda key, out, label: record_relu(w, key, out, label)
-    if "accumulation_retains" not in cls._on_accumulate.__code__.co_names:
-        orig_acc = w._on_accumulate
-
-        def on_accumulate(args, out, _orig=orig_acc):
-            if accumulation_retains(w, args, out):
-                _orig(args, out)
-
-        w._on_accumulate = on_accumulate

@@ -444,8 +444,6 @@ def accum_on_backward(w, tensors) -> None:
         tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
     if not isinstance(loss, torch.Tensor) or not w.accum:
         return
-    from torchwise.diagnose.checks import model as _model
-    _model.install_evidence_hooks(w)
     from torchwise.diagnose.checks.losses import recall
     from torchwise.diagnose.watch import user_where
     p = w._cur_pass
