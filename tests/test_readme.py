@@ -118,3 +118,10 @@ def test_the_multi_node_recipe_runs_on_one_machine(tmp_path):
     assert [node.returncode for node in nodes] == [0, 0], outputs
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
     assert "done: val accuracy" in outputs[0][0]
+
+
+def test_readme_counts_the_checker_catalog():
+    from torchwise.diagnose.catalog import CATALOG
+
+    m = re.search(r"— (\d+) catalog entries", README)
+    assert m and int(m.group(1)) == len(CATALOG), (m and m.group(1), len(CATALOG))
