@@ -114,3 +114,26 @@ def image_run(image_folder, tmp_path_factory) -> tuple[Path, subprocess.Complete
                    "--lr", "0.003", "--seed", "0", "--set", "train.threads=1", "--set", "output.worst_examples=8")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return run_dir, proc
+
+
+@pytest.fixture
+def one_torch_thread():
+    """The checker tests run tiny scripts in this process: several torch threads on a shared 2-core machine
+    only add contention."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def run_checked_quietly(path: Path):
+    """`torchwise check`'s runner on a script, in this process, with the script's own output dropped."""
+    import contextlib
+    import io
+
+    from torchwise.diagnose.runner import run_script
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run_script(str(path), [])

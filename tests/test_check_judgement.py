@@ -32,12 +32,7 @@ from torchwise.diagnose.watch import StopScript, Watcher
 ZOO = Path(__file__).parent / "check_zoo"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def watch_script(path: Path, max_steps: int = 300) -> Watcher:

@@ -4,8 +4,6 @@ into cross_entropy, nll_loss on raw scores, index masks over one full-graph forw
 by design. Every test runs the real checker on a real script (the zoo's, or a variant written here)."""
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
@@ -13,22 +11,17 @@ import torch
 import torch.nn.functional as F
 
 from torchwise.diagnose.catalog import CATALOG
-from torchwise.diagnose.runner import run_script
+
+from conftest import run_checked_quietly
 
 ZOO = Path(__file__).parent / "check_zoo"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run(path: Path):
-    with contextlib.redirect_stdout(io.StringIO()):
-        result = run_script(str(path), [])
+    result = run_checked_quietly(path)
     assert result.error is None, result.traceback
     return result
 

@@ -28,18 +28,10 @@ def expected_id(path: Path) -> str:
     return m.group(1)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # the scripts are tiny; several threads on a shared 2-core machine only add contention
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def run_quietly(path: Path):
-    with contextlib.redirect_stdout(io.StringIO()):
-        return run_script(str(path), [])
+from conftest import run_checked_quietly as run_quietly  # noqa: E402
 
 
 def test_zoo_covers_the_catalog():
