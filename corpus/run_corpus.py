@@ -133,7 +133,7 @@ def _shape(text: str, folder: str) -> list[str]:
     out: list[str] = []
     for line in text.replace(folder, "<dir>").splitlines():
         line = _ANSI.sub("", line.rsplit("\r", 1)[-1])
-        line = " ".join(_NUMBER.sub("#", _HEX_ID.sub("<id>", line)).split())  # tensors pad numbers to a width
+        line = "".join(_NUMBER.sub("#", _HEX_ID.sub("<id>", line)).split())  # tensors pad numbers to a width
         if line.strip() and (not out or out[-1] != line):
             out.append(line)
     return out
