@@ -91,6 +91,7 @@ def _unserializable(fn):
     """A tensor hook of ours: torch.save(model) skips it without a warning (it never belongs to the model)."""
     return torch.utils.hooks.unserializable_hook(fn)
 NONFINITE_HUNT_STEPS = 50  # deep steps after the first nan/inf loss, looking for the module that makes it
+TRAIN_REPEAT_PROBE = 5000  # training rows over which the chance of a repeated sample is measured
 SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes remembered (cudnn-benchmark-varying-shapes needs 9)
 
 
@@ -268,6 +269,7 @@ _LOSS_KINDS = {
     F.mse_loss: "reg", F.l1_loss: "reg", F.smooth_l1_loss: "reg", F.huber_loss: "reg",
 }
 _RELU_FUNCS = {F.relu, torch.relu, torch.Tensor.relu}
+_TOKEN_FUNCS = {F.embedding, F.one_hot}
 # how a hand-written update writes a parameter: p -= lr * p.grad, p.data.add_(g, alpha=-lr), p.copy_(...)
 _INPLACE_FUNCS = {getattr(torch.Tensor, n) for n in ("__isub__", "__iadd__", "sub_", "add_", "copy_", "addcmul_",
                                                        "addcdiv_", "mul_", "lerp_")}
@@ -303,7 +305,8 @@ class _Mode(TorchFunctionMode):
                 w._on_relu_func(args[0] if args else None, out)
             elif w._bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
                 w._on_accumulate(args, out)
-            elif w.followed:  # model outputs -> their max/topk values -> a comparison with labels
+            elif w.followed or func in _TOKEN_FUNCS:  # model outputs -> their max/topk values -> a comparison
+                # with labels; token ids encoded for a model (a language model's), even before its first output
                 _losses_checks.follow(w, func, args, out)
             if not w.optimizers:  # before any step, where a parameter is written is where it is initialized
                 param = args[0] if args else kwargs.get("tensor")  # nn.init.* pass it by keyword
@@ -454,6 +457,7 @@ class Watcher:
         self._eval_since_epoch = False
         self.epoch_without_eval = False
         self.train_hashes: set[int] = set()
+        self.train_repeats = {"rows": 0, "repeats": 0}  # repeats among the first training rows (see _hash_rows)
         self.eval_groups: list[dict] = []
         self._eval_group_open = False
         self.val_aug_checked: set[int] = set()
@@ -999,8 +1003,15 @@ class Watcher:
         rows = rows.contiguous().numpy()
         if train:
             self._eval_group_open = False
+            hashes = [hash((root, r.tobytes())) for r in rows]
+            probe = self.train_repeats
+            if probe["rows"] < TRAIN_REPEAT_PROBE and not any(p.closed and p.steps for p in self.passes):
+                # within the first pass over the training data: how often a sample repeats by itself (a tiny
+                # input space, a generator); evaluation samples repeat training ones at that rate by chance
+                probe["rows"] += len(hashes)
+                probe["repeats"] += sum(h in self.train_hashes for h in hashes)
             if len(self.train_hashes) < 500_000:
-                self.train_hashes.update(hash((root, r.tobytes())) for r in rows)
+                self.train_hashes.update(hashes)
         else:
             cur = self._cur_pass if self._cur_pass is not None and not self._cur_pass.closed else None
             key = cur.index if cur is not None else None

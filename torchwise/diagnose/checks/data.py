@@ -59,6 +59,14 @@ def check_val_augmentation(w, info) -> None:
         for i in sorted({0, n // 2, n - 1}):
             if not _same(ds[i], ds[i]):
                 differs += 1
+        if differs and n >= 2:
+            # items drawn from the random state alone, whatever the index (a data set that generates its
+            # samples, like a parity task's): not augmentation of fixed samples
+            _set_rng_state(state)
+            first = ds[0]
+            _set_rng_state(state)
+            if _same(first, ds[n - 1]):
+                return
     except Exception:
         return
     finally:
@@ -125,6 +133,27 @@ def _train_loader_site(w) -> str | None:
     return None
 
 
+def _chance_match(w) -> float:
+    """The chance that a fresh sample matches one of the training samples seen, from how often the first
+    training rows repeated each other: N rows with D distinct ones come from a space of about M equally likely
+    samples, D = M (1 - exp(-N / M)); the training set then covers len(train_hashes) / M of it. 0 for a data
+    set whose samples do not repeat (any real one)."""
+    import math
+    probe = getattr(w, "train_repeats", {"rows": 0, "repeats": 0})
+    n, r = probe["rows"], probe["repeats"]
+    if n < 200 or r < 5:
+        return 0.0
+    d = n - r
+    lo, hi = float(d), float(d) * 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid * (1 - math.exp(-n / mid)) < d:
+            lo = mid
+        else:
+            hi = mid
+    return min(1.0, len(w.train_hashes) / hi)
+
+
 def _overlap(w) -> list[Finding]:
     masked = _masked_verdicts(w)
     for v in masked.values():
@@ -133,6 +162,9 @@ def _overlap(w) -> list[Finding]:
     if not w.train_hashes or not w.eval_groups:
         return []
     fulls, partials, nones, on_train = [], [], [], []
+    # a sample space so small that fresh samples repeat (8 values from {-1, 0, 1}): the share of the first
+    # training rows that repeat an earlier one is the share of evaluation rows that match training by chance
+    chance = _chance_match(w)
     trained = {id(getattr(p.loader, "dataset", None)) for p in w.passes if p.steps > 0}
     for g in w.eval_groups:
         hs = g["hashes"]
@@ -149,6 +181,9 @@ def _overlap(w) -> list[Finding]:
             continue
         hit = sum(x in w.train_hashes for x in hs)
         frac = hit / len(hs)
+        if frac < 0.9 and frac <= 2 * chance + 0.02:
+            nones.append((g, hit, len(hs)))  # no more than training samples repeat each other by chance
+            continue
         (fulls if frac >= 0.9 else partials if (frac > 0.02 and hit >= 5) else nones).append((g, hit, len(hs)))
     bad = partials or (fulls if not nones else []) or (on_train if not (fulls or partials or nones) else [])
     if not bad:
