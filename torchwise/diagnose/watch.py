@@ -1005,9 +1005,11 @@ class Watcher:
             self._eval_group_open = False
             hashes = [hash((root, r.tobytes())) for r in rows]
             probe = self.train_repeats
-            if probe["rows"] < TRAIN_REPEAT_PROBE and not any(p.closed and p.steps for p in self.passes):
-                # within the first pass over the training data: how often a sample repeats by itself (a tiny
-                # input space, a generator); evaluation samples repeat training ones at that rate by chance
+            if probe["rows"] < TRAIN_REPEAT_PROBE and not self.eval_groups and \
+                    not any(p.closed and p.steps for p in self.passes):
+                # within the first pass over the training data (it ends with its loader, or at the first
+                # evaluation): how often a sample repeats by itself (a tiny input space, a generator);
+                # evaluation samples match training ones at that rate by chance
                 probe["rows"] += len(hashes)
                 probe["repeats"] += sum(h in self.train_hashes for h in hashes)
             if len(self.train_hashes) < 500_000:

@@ -181,7 +181,7 @@ def _overlap(w) -> list[Finding]:
             continue
         hit = sum(x in w.train_hashes for x in hs)
         frac = hit / len(hs)
-        if frac < 0.9 and frac <= 2 * chance + 0.02:
+        if frac <= 2 * chance + 0.02:
             nones.append((g, hit, len(hs)))  # no more than training samples repeat each other by chance
             continue
         (fulls if frac >= 0.9 else partials if (frac > 0.02 and hit >= 5) else nones).append((g, hit, len(hs)))
