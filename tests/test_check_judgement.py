@@ -101,7 +101,6 @@ def test_adding_two_losses_of_one_step_is_not_retention():
     w = Watcher(check_mode=True)
     w.attach()
     try:
-        model_checks.install_evidence_hooks(w)
         lin = torch.nn.Linear(3, 1)
         opt = torch.optim.SGD(lin.parameters(), lr=0.1)
         total = 0.0
