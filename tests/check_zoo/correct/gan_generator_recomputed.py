@@ -1,48 +1,43 @@
-"""A GAN as d2l writes it: the discriminator's step runs the generator and detaches its output; the
-generator's step runs it again. The first generator forward's graph is never backpropagated, but it
-is a training input of the discriminator, not an evaluation forward."""
+"""A GAN whose critic step runs the generator and detaches its output, and whose generator step runs the
+generator again on the same noise. The first generator forward's graph is never backpropagated, but it is
+a training input of the critic, not an evaluation forward; and the critic's loss is not meant to fall."""
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 torch.manual_seed(0)
-data = torch.randn(1000, 2) @ torch.tensor([[1.0, 2.0], [-0.1, 0.5]]) + torch.tensor([1.0, 2.0])
-data_iter = DataLoader(TensorDataset(data), batch_size=8, shuffle=True)
-net_G = nn.Sequential(nn.Linear(2, 2))
-net_D = nn.Sequential(nn.Linear(2, 5), nn.Tanh(), nn.Linear(5, 3), nn.Tanh(), nn.Linear(3, 1))
-loss = nn.BCEWithLogitsLoss(reduction="sum")
-trainer_D = torch.optim.Adam(net_D.parameters(), lr=0.05)
-trainer_G = torch.optim.Adam(net_G.parameters(), lr=0.005)
+points = torch.randn(960, 2) * torch.tensor([0.5, 1.5]) + torch.tensor([2.0, -1.0])
+batches = DataLoader(TensorDataset(points), batch_size=12, shuffle=True)
+gen = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+critic = nn.Sequential(nn.Linear(2, 6), nn.Tanh(), nn.Linear(6, 1))
+bce = nn.BCEWithLogitsLoss()
+opt_gen = torch.optim.Adam(gen.parameters(), lr=0.01)
+opt_critic = torch.optim.Adam(critic.parameters(), lr=0.02)
 
 
-def update_D(X, Z):
-    batch_size = X.shape[0]
-    ones, zeros = torch.ones((batch_size,)), torch.zeros((batch_size,))
-    trainer_D.zero_grad()
-    real_Y = net_D(X)
-    fake_X = net_G(Z)
-    fake_Y = net_D(fake_X.detach())
-    loss_D = (loss(real_Y, ones.reshape(real_Y.shape)) + loss(fake_Y, zeros.reshape(fake_Y.shape))) / 2
-    loss_D.backward()
-    trainer_D.step()
-    return loss_D
+def critic_step(real, noise):
+    opt_critic.zero_grad()
+    fake = gen(noise).detach()          # the generator runs here, its graph dropped
+    real_score, fake_score = critic(real), critic(fake)
+    err = bce(real_score, torch.ones_like(real_score)) + bce(fake_score, torch.zeros_like(fake_score))
+    err.backward()
+    opt_critic.step()
+    return err.item()
 
 
-def update_G(Z):
-    ones = torch.ones((Z.shape[0],))
-    trainer_G.zero_grad()
-    fake_X = net_G(Z)
-    fake_Y = net_D(fake_X)
-    loss_G = loss(fake_Y, ones.reshape(fake_Y.shape))
-    loss_G.backward()
-    trainer_G.step()
-    return loss_G
+def generator_step(noise):
+    opt_gen.zero_grad()
+    score = critic(gen(noise))          # ... and again here, with its graph
+    err = bce(score, torch.ones_like(score))
+    err.backward()
+    opt_gen.step()
+    return err.item()
 
 
 for epoch in range(2):
-    total_D = total_G = 0.0
-    for (X,) in data_iter:
-        Z = torch.normal(0, 1, size=(X.shape[0], 2))
-        total_D += float(update_D(X, Z))
-        total_G += float(update_G(Z))
-    print(epoch, total_D / len(data), total_G / len(data))
+    sums = [0.0, 0.0]
+    for (real,) in batches:
+        noise = torch.randn(real.shape[0], 3)
+        sums[0] += critic_step(real, noise)
+        sums[1] += generator_step(noise)
+    print(f"epoch {epoch}: critic {sums[0] / len(batches):.3f} generator {sums[1] / len(batches):.3f}")
