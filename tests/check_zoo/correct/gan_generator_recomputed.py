@@ -34,7 +34,7 @@ def generator_step(noise):
     return err.item()
 
 
-for epoch in range(2):
+for epoch in range(1):
     sums = [0.0, 0.0]
     for (real,) in batches:
         noise = torch.randn(real.shape[0], 3)
