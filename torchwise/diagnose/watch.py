@@ -1211,13 +1211,16 @@ class Watcher:
             self._op_hunt = False
 
     def _check_retained_losses(self) -> None:
-        """Loss tensors still alive 3+ steps after their backward() are being stored somewhere."""
+        """Loss tensors still alive 3+ rounds of steps after their backward() are being stored somewhere. A
+        round is one step of every optimizer: with three optimizers stepping in turn (InfoGAN's generator,
+        discriminator and info losses), each loss variable is rebound only 3 steps later."""
         keep = []
+        age = 3 * max(1, len(self.optimizers))
         for step, ref in self._bw_refs:
             t = ref()
             if t is None:
                 continue
-            if step <= self.steps - 3:
+            if step <= self.steps - age:
                 if t.grad_fn is not None:
                     self.retained_losses += 1
                     if self.retained_losses >= 3 and not self.hits.get("loss-retains-graph"):

@@ -199,7 +199,9 @@ def _inspect_regression(w, inp, target, where) -> None:
         return
     distinct = int(torch.unique(t).numel())
     onehot = t.dim() == 2 and t.shape[1] >= 2 and bool((t.sum(1) == 1).all()) and bool(t.max() <= 1)
-    labels = distinct <= 20 and inp.shape[-1] == 1 or (inp.dim() == 1 and distinct <= 20)
+    # one value for the whole batch (a least-squares GAN's real/fake target, a fixed goal) says nothing of
+    # class labels: labels of a batch take several values
+    labels = 2 <= distinct <= 20 and (inp.shape[-1] == 1 or inp.dim() == 1)
     _count(w, "wrong-loss-for-task", bool(onehot or labels), where,
            {"reason": "regression-on-classes", "distinct_targets": distinct, "one_hot": onehot})
 
