@@ -76,9 +76,6 @@ def _report(args: argparse.Namespace, script: str, result) -> int:
     """Print what check saw and found, write --report, and give the exit status."""
     import json
 
-    from torchwise.diagnose.watch import STRICT_ENV
-
-    strict = os.environ.get(STRICT_ENV) == "1"
     sys.stdout.flush()
     out = sys.stderr
     print("", file=out)
@@ -127,7 +124,7 @@ def _report(args: argparse.Namespace, script: str, result) -> int:
         print(f"torchwise check: {len(result.internal_errors)} failure(s) inside the checker itself (a torchwise "
               f"bug, not your script's; that evidence was lost), first in {first['where']}: {first['error']}",
               file=out)
-        if strict:
+        if result.strict:
             print(first.get("traceback", "").rstrip(), file=out)
     print("", file=out)
     if mistakes:
@@ -147,7 +144,7 @@ def _report(args: argparse.Namespace, script: str, result) -> int:
     if args.report:
         with open(args.report, "w", encoding="utf-8") as fh:
             json.dump(result.report | {"script": script}, fh, indent=2)
-    return result.exit_status(strict)
+    return result.exit_status()
 
 
 def _coverage_line(cov: dict) -> str:

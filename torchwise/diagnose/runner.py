@@ -42,6 +42,7 @@ class RunResult:
     stop_reason: str | None = None
     coverage: dict[str, Any] = field(default_factory=dict)
     internal_errors: list[dict] = field(default_factory=list)
+    strict: bool = False                  # TORCHWISE_CHECK_STRICT=1: the checker's own failures fail the check
     report: dict[str, Any] = field(default_factory=dict)
     overfit: dict[str, Any] | None = None
 
@@ -62,12 +63,12 @@ class RunResult:
     def training_seen(self) -> bool:
         return self.steps > 0
 
-    def exit_status(self, strict: bool = False) -> int:
+    def exit_status(self) -> int:
         """0 training seen and nothing found; 1 mistakes found; 2 the script failed; 3 no training seen, so
         nothing could be judged; 4 (strict mode) the checker itself failed; 130 interrupted, nothing found."""
         if self.failed:
             return 2
-        if strict and self.internal_errors:
+        if self.strict and self.internal_errors:
             return 4
         if self.mistakes:
             return 1
@@ -114,7 +115,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
     def force_stop() -> None:  # the script swallowed the stop again and again: report, then end the process
         state["stopped"] = True
         result = _result(script, watcher, workers, state, overfit)
-        code = finish(result) if finish is not None else result.exit_status(watcher.strict)
+        code = finish(result) if finish is not None else result.exit_status()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -172,7 +173,7 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
     coverage = checks.coverage(watcher, workers=workers.summaries, stop_reason=watcher.stop_reason,
                                internal_errors=len(errors))
     coverage["processes_unseen"] = max(0, workers.started - len(workers.summaries))  # killed, or crashed early
-    report = watcher.report()
+    report = watcher.report(findings)
     report["findings"] = [f.to_dict() for f in findings]
     report["steps"] = steps
     report["stopped_early"] = state["stopped"]
@@ -187,4 +188,4 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
                      error=state["error"], traceback=state["tb"], translation=state["translation"],
                      exit_code=state["exit_code"], exit_where=state["exit_where"],
                      interrupted=state["interrupted"], stop_reason=watcher.stop_reason, coverage=coverage,
-                     internal_errors=errors, report=report, overfit=overfit_result)
+                     internal_errors=errors, strict=watcher.strict, report=report, overfit=overfit_result)

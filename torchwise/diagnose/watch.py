@@ -209,9 +209,6 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 
 # --------------------------------------------------------------------------- records
 
-_MODE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
-
-
 def _behaves_by_mode(m: nn.Module) -> bool:
     """Whether model.train()/eval() changes what this layer computes: Dropout with p > 0, BatchNorm (and
     InstanceNorm) that keeps running statistics. nn.Dropout(p=0.0), common in transformer configs, does not."""
@@ -457,7 +454,7 @@ class Watcher:
         self._eval_since_epoch = False
         self.epoch_without_eval = False
         self.train_hashes: set[int] = set()
-        self.train_repeats = {"rows": 0, "repeats": 0}  # repeats among the first training rows (see _hash_rows)
+        self.train_repeats = {"rows": 0, "repeats": 0, "done": False}  # repeats among the first training rows (see _hash_rows)
         self.eval_groups: list[dict] = []
         self._eval_group_open = False
         self.val_aug_checked: set[int] = set()
@@ -1005,13 +1002,15 @@ class Watcher:
             self._eval_group_open = False
             hashes = [hash((root, r.tobytes())) for r in rows]
             probe = self.train_repeats
-            if probe["rows"] < TRAIN_REPEAT_PROBE and not self.eval_groups and \
-                    not any(p.closed and p.steps for p in self.passes):
+            if not probe["done"]:
                 # within the first pass over the training data (it ends with its loader, or at the first
                 # evaluation): how often a sample repeats by itself (a tiny input space, a generator);
                 # evaluation samples match training ones at that rate by chance
-                probe["rows"] += len(hashes)
-                probe["repeats"] += sum(h in self.train_hashes for h in hashes)
+                probe["done"] = probe["rows"] >= TRAIN_REPEAT_PROBE or bool(self.eval_groups) or \
+                    any(p.closed and p.steps for p in self.passes)
+                if not probe["done"]:
+                    probe["rows"] += len(hashes)
+                    probe["repeats"] += sum(h in self.train_hashes for h in hashes)
             if len(self.train_hashes) < 500_000:
                 self.train_hashes.update(hashes)
         else:
@@ -1439,8 +1438,8 @@ class Watcher:
             return [float(v) for v in self.losses]
         return [float(v) for v in torch.stack([v.reshape(()).float().cpu() for v in self.losses]).tolist()]
 
-    def report(self) -> dict[str, Any]:
-        found = self.findings()
+    def report(self, findings: list[Finding] | None = None) -> dict[str, Any]:
+        found = self.findings() if findings is None else findings
         return {"findings": [f.to_dict() for f in found], "steps": self.steps, "backward_calls": self.backwards,
                 "models": [r.label for r in self.roots.values()], "optimizers": [type(o).__name__ for o in self.optimizers],
                 "data_loader_passes": len(self.passes)}
