@@ -137,3 +137,51 @@ def run_checked_quietly(path: Path):
 
     with contextlib.redirect_stdout(io.StringIO()):
         return run_script(str(path), [])
+
+
+# --- the robustness suite's two promises (tests/test_robust_*.py) ---------------------------------
+
+def tree_snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under `root` (and each directory, as an entry): size, mode and a content hash, so
+    "a refused command changed nothing on disk" is a plain `==` of two snapshots."""
+    import hashlib
+
+    root = Path(root)
+    if not root.exists():
+        return {}
+    snap: dict[str, tuple[int, int, str]] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            snap[rel] = (0, 0, "link:" + os.readlink(path))
+        elif path.is_dir():
+            snap[rel] = (0, path.stat().st_mode, "dir")
+        else:
+            data = path.read_bytes()
+            snap[rel] = (len(data), path.stat().st_mode, hashlib.sha256(data).hexdigest())
+    return snap
+
+
+def assert_clear_cli_error(proc: subprocess.CompletedProcess, *must_say: str, code: int = 2) -> str:
+    """A refused CLI command: the exit status, torchwise's own one-paragraph error with a fix, every
+    phrase in `must_say` (the values), and no Python traceback. Returns the error text."""
+    text = proc.stdout + proc.stderr
+    assert "Traceback (most recent call last)" not in text, f"a raw traceback instead of an error:\n{text[-3000:]}"
+    assert proc.returncode == code, f"exit status {proc.returncode}, expected {code}:\n{text[-3000:]}"
+    assert ": error: " in proc.stderr and "fix:" in proc.stderr, f"no error with a fix:\n{text[-3000:]}"
+    for phrase in must_say:
+        assert phrase in text, f"the error does not say {phrase!r}:\n{text[-3000:]}"
+    return proc.stderr
+
+
+def assert_clear_api_error(excinfo, *must_say: str) -> str:
+    """A refused Python call: a TorchwiseError (what, values, fix) saying every phrase in `must_say`."""
+    from torchwise.errors import TorchwiseError
+
+    exc = excinfo.value
+    assert isinstance(exc, TorchwiseError), f"{type(exc).__name__} from inside instead of a TorchwiseError: {exc}"
+    text = str(exc)
+    assert exc.fix, f"the error gives no fix:\n{text}"
+    for phrase in must_say:
+        assert phrase in text, f"the error does not say {phrase!r}:\n{text}"
+    return text

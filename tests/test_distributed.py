@@ -2,7 +2,6 @@
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -77,18 +76,22 @@ def test_nonfinite_loss_on_one_rank_is_skipped_by_all_ranks(tmp_path):
 
 
 def test_a_killed_rank_ends_the_run_with_an_error_instead_of_a_hang(tmp_path):
-    start = time.monotonic()
-    proc = torchrun(2, tmp_path, "--epochs", "1", "--die-rank", "1", "--die-step", "5", timeout=120)
-    elapsed = time.monotonic() - start
+    # A hang is what this guards against: the survivor must end, not wait forever in a collective. The
+    # subprocess limit (generous, so a loaded machine passes) is the test, not a measured duration.
+    try:
+        proc = torchrun(2, tmp_path, "--epochs", "1", "--die-rank", "1", "--die-step", "5", timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the surviving rank hung after its peer was killed (no exit within 180 s)")
     assert proc.returncode != 0
-    assert elapsed < 60, f"took {elapsed:.0f} s"
     assert "Signal 9 (SIGKILL)" in proc.stderr or "exitcode  : -9" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_rank(tmp_path):
     killed = torchrun(2, tmp_path, "--epochs", "1", "--checkpoint-every", "10", "--die-rank", "0", "--die-step", "25")
     assert killed.returncode != 0
-    assert (tmp_path / "checkpoints" / "step-000000020" / "COMPLETE").is_file()
+    assert (tmp_path / "checkpoints" / "step-000000020" / "COMPLETE").is_file(), \
+        f"no complete step-20 checkpoint; on disk: {sorted(p.name for p in (tmp_path / 'checkpoints').glob('*'))}\n" \
+        f"{killed.stdout[-1500:]}\n{killed.stderr[-3000:]}"
     resumed = single(tmp_path, "--epochs", "1", "--checkpoint-every", "10", "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming a run of 2 process(es) on 1" in resumed.stderr

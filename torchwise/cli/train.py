@@ -380,5 +380,12 @@ def run(args: argparse.Namespace) -> int:
         print("# every key (set with --set section.key=value):")
         print("\n".join("# " + line for line in cfg.describe().splitlines()))
         return 0
-    train_run(config)
+    from torchwise.train.distributed import leave
+
+    succeeded = False
+    try:
+        train_run(config)
+        succeeded = True
+    finally:
+        leave(together=succeeded)  # under torchrun: every rank leaves the group before the interpreter ends
     return 0

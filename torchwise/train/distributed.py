@@ -54,8 +54,29 @@ def setup(device_arg: Any, timeout_s: float) -> tuple[DistEnv, Any]:
         dist.init_process_group(backend="nccl" if use_cuda else "gloo",
                                 timeout=datetime.timedelta(seconds=timeout_s))
         # evaluate()/predict() may still be called after fit(), so the group lives until the process ends
-        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+        atexit.register(leave)
     return env, device
+
+
+def leave(*, together: bool = False) -> None:
+    """Tear the process group down while the interpreter is still whole.
+
+    A DDP model that is only garbage (a reference cycle) is otherwise freed during interpreter
+    finalization; its reducer's and gloo's threads then reach for the GIL that is gone, and the rank
+    dies with "terminate called without an active exception" (SIGABRT) after a run that succeeded.
+    So: collect that garbage first, then destroy the group. `together` waits for every rank first,
+    so no rank leaves while another still works (only after a run that succeeded: a failed rank's
+    peers must not wait for it).
+    """
+    if not dist.is_initialized():
+        return
+    import gc
+
+    gc.collect()
+    if together:
+        _collective(dist.barrier)
+    dist.destroy_process_group()
+    gc.collect()
 
 
 STRATEGIES = ("auto", "ddp", "fsdp")
