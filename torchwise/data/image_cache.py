@@ -54,7 +54,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 from torchwise.errors import TorchwiseError
 
-FORMAT_VERSION = 1
+# 2: pixels decoded by imagefolder.to_standard (16-bit, float, alpha by their real scale); caches
+# built by version 1 saturated 16-bit images to white, so they are rebuilt, never reused.
+FORMAT_VERSION = 2
 ENV_DIR = "TORCHWISE_CACHE_DIR"
 MEMORY_BUDGET = 2 * 1024**3
 MEMORY_SHARE = 0.25
@@ -259,26 +261,32 @@ class ImageCache:
 
 
 def _decode(path: str, mode: str, decoded: dict[str, Any] | None):
-    from PIL import Image, ImageOps
+    """The image in `mode`: the scan's decoded copy, else the file, both through imagefolder's decoding
+    (to_standard: 16-bit, float, palette, alpha, CMYK, ... by their real bit depth), exactly as the
+    per-file path (ImageDataset.load_image) and the scan decode it."""
+    from torchwise.data import imagefolder
 
     image = (decoded or {}).get(path)
     if image is None:
         try:
-            with Image.open(path) as opened:
-                image = ImageOps.exif_transpose(opened)
-                image.load()
-        except Exception as exc:
+            return imagefolder.read_image(path, mode)
+        except imagefolder.UnreadableImage as exc:
             raise TorchwiseError("An image became unreadable after the data was scanned.",
-                                 values={"path": path, "error": f"{type(exc).__name__}: {exc}"},
+                                 values={"path": path, "error": str(exc)},
                                  fix="do not modify the data folder while preparing a run; rerun to rescan") from None
-    return image if image.mode == mode else image.convert(mode)
+    return imagefolder.to_mode(image, mode)
 
 
 def shrink(image, side: int):
-    """A PIL image -> uint8 C x H x W tensor with its shorter side at most `side` (the cached copy)."""
+    """A PIL image -> uint8 C x H x W tensor with its shorter side at most `side` (the cached copy).
+
+    The image must be 8-bit "L" or "RGB" (imagefolder.to_mode): the cache holds uint8, and any other
+    mode would be cast or wrapped silently."""
     import torch
     from torchvision.transforms.v2 import functional as F
 
+    if getattr(image, "mode", None) not in ("L", "RGB"):
+        raise ValueError(f"shrink takes an 8-bit L or RGB image (imagefolder.to_mode), not mode {image.mode!r}")
     pixels = F.to_image(image)
     h, w = resized_shape(pixels.shape[-1], pixels.shape[-2], side)
     if (h, w) != tuple(pixels.shape[-2:]):
