@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class DataConfig:
                               min=0.1, max=1.0)
     missing: Literal["drop", "impute"] = _opt(
         "drop", "CSV rows with missing feature values: drop them, or impute (mean / '<missing>')")
+    decimal: Literal["auto", "point", "comma"] = _opt(
+        "auto", "CSV: the decimal mark of number columns; auto: decided per column from values that show it "
+                "(3,14 or 1,234.5), else a comma in a semicolon-separated file and a point otherwise (said)")
     max_categories: int = _opt(50, "CSV: most frequent categories one-hot encoded per column", min=1)
     num_workers: int | Literal["auto", "tune"] = _opt(AUTO, "DataLoader worker processes; tune: measure a few "
                                                               "counts and take the fastest", min=0)
@@ -222,20 +226,32 @@ _NONE = {"none", "null", "~", ""}
 
 
 class _NoMatch(Exception):
-    pass
+    """The value is not of this type; args[0], when given, says why (for the error message)."""
+
+
+def _number_text(value: str, integer: bool) -> int | float:
+    """A number a person wrote as text ("1e-3", " 64 ", "1_000", "20%"): the same reader as CSV cells."""
+    from torchwise.data.numbers import NumberTextError, read_number
+
+    try:
+        return read_number(value, integer=integer)
+    except NumberTextError as exc:
+        raise _NoMatch(str(exc)) from None
 
 
 def _coerce_one(tp: Any, value: Any, from_text: bool) -> Any:
-    """Convert `value` to the type `tp` or raise _NoMatch. Text (from flags and --set) is parsed;
-    values from YAML are already typed and only widened (int -> float)."""
+    """Convert `value` to the type `tp` or raise _NoMatch. A string means the same whether it comes
+    from a flag, --set or a YAML file (PyYAML reads `lr: 1e-3` as the string "1e-3"): numbers are read
+    by torchwise.data.numbers, booleans from true/false, yes/no, on/off, 1/0, none from none/null/~.
+    `from_text` is kept for callers; it no longer changes what is accepted."""
     if tp is type(None):
-        if value is None or (from_text and str(value).strip().lower() in _NONE):
+        if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
             return None
         raise _NoMatch
     if typing.get_origin(tp) is Literal:
-        if value in typing.get_args(tp):
+        if value in typing.get_args(tp) and not isinstance(value, bool):
             return value
-        if isinstance(value, bool) or (from_text and isinstance(value, str)):
+        if isinstance(value, (bool, str)):
             text = str(value).strip().lower()
             for choice in typing.get_args(tp):
                 if str(choice).lower() == text:
@@ -244,41 +260,38 @@ def _coerce_one(tp: Any, value: Any, from_text: bool) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if from_text and isinstance(value, str):
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str):
             text = value.strip().lower()
             if text in _TRUE:
                 return True
             if text in _FALSE:
                 return False
+            raise _NoMatch(f"{value!r} is not one of true/false, yes/no, on/off, 1/0")
         raise _NoMatch
     if tp is int:
         if isinstance(value, bool):
             raise _NoMatch
         if isinstance(value, int):
             return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if from_text and isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                try:
-                    number = float(value.strip())  # 1e4 is a fine way to write a step count
-                except ValueError:
-                    raise _NoMatch from None
-                if number.is_integer():
-                    return int(number)
+        if isinstance(value, float):
+            if value.is_integer():
+                return int(value)
+            raise _NoMatch(f"{value!r} is not a whole number" if math.isfinite(value)
+                           else f"{value!r} is not a finite number")
+        if isinstance(value, str):
+            return _number_text(value, integer=True)
         raise _NoMatch
     if tp is float:
         if isinstance(value, bool):
             raise _NoMatch
         if isinstance(value, (int, float)):
+            if not math.isfinite(value):
+                raise _NoMatch(f"{value!r} is not a finite number")
             return float(value)
-        if from_text and isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                raise _NoMatch from None
+        if isinstance(value, str):
+            return float(_number_text(value, integer=False))
         raise _NoMatch
     if tp is str:
         if isinstance(value, str):
@@ -294,12 +307,14 @@ def _coerce(tp: Any, value: Any, from_text: bool) -> Any:
         options = list(typing.get_args(tp))
         # None first so that "none" is not taken as a string; str last so it does not swallow numbers.
         options.sort(key=lambda t: 0 if t is type(None) else (2 if t is str else 1))
+        why = None
         for option in options:
             try:
                 return _coerce_one(option, value, from_text)
-            except _NoMatch:
+            except _NoMatch as exc:
+                why = why or (exc.args[0] if exc.args else None)
                 continue
-        raise _NoMatch
+        raise _NoMatch(why) if why else _NoMatch
     return _coerce_one(tp, value, from_text)
 
 
@@ -334,11 +349,16 @@ def coerce_value(key: str, value: Any, *, from_text: bool = False) -> Any:
     tp = typing.get_type_hints(SECTIONS[section])[name]
     try:
         converted = _coerce(tp, value, from_text)
-    except _NoMatch:
+    except _NoMatch as exc:
         allowed = _type_name(tp)
         values: dict[str, Any] = {"key": key, "value": value, "allowed": allowed}
-        if typing.get_origin(tp) is Literal and isinstance(value, str):
-            guess = _did_you_mean(value, [str(a) for a in typing.get_args(tp)])
+        if exc.args and exc.args[0]:
+            values["why"] = exc.args[0]
+        literals = [a for option in (typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType)
+                                     else (tp,)) if typing.get_origin(option) is Literal
+                    for a in typing.get_args(option)]
+        if literals and isinstance(value, str):
+            guess = _did_you_mean(value, [str(a) for a in literals])
             if guess:
                 values["did you mean"] = guess
         raise ConfigError(f"Bad configuration value for {key!r}.", values=values,
