@@ -50,9 +50,10 @@ def preprocess_image(path: str, spec: Mapping[str, Any]):
     try:
         with Image.open(path) as opened:
             # Phones store portrait photos sideways with an EXIF "rotate" tag; training applied it too.
+            # convert() is what training does too (16-bit, palette, RGBA, grayscale -> the model's mode).
             image = ImageOps.exif_transpose(opened).convert(spec["mode"])
-    except Exception as exc:
-        raise TorchwiseError("An input image cannot be read.", values={"path": path, "error": str(exc)[:200]},
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError, ...
+        raise TorchwiseError("An input image cannot be read.", values={"path": path, "error": _image_error(path, exc)},
                              fix="check that the file is a valid image (PNG, JPEG, ...)") from None
     shorter = spec.get("resize_shorter")
     if shorter:
@@ -71,10 +72,41 @@ def preprocess_image(path: str, spec: Mapping[str, Any]):
     return ((array - mean) / std).astype(np.float32)
 
 
+def _image_error(path: str, exc: Exception) -> str:
+    """One line a user can act on: what is wrong with this file."""
+    size = Path(path).stat().st_size if Path(path).is_file() else None
+    if size == 0:
+        return "empty file (0 bytes)"
+    text = str(exc).strip().splitlines()
+    reason = f"{type(exc).__name__}: {text[0] if text else ''}".strip(": ")[:200]
+    if "cannot identify image file" in reason:
+        return f"not an image file ({size} bytes): {reason}"
+    if "truncated" in reason or "broken data stream" in reason or isinstance(exc, SyntaxError):
+        return f"truncated or damaged image ({size} bytes): {reason}"
+    return reason
+
+
 def preprocess_images(paths: Sequence[str], spec: Mapping[str, Any]):
+    """All of `paths` as one array; the first unreadable image raises (see preprocess_readable)."""
     import numpy as np
 
     return np.stack([preprocess_image(p, spec) for p in paths]).astype(np.float32)
+
+
+def preprocess_readable(paths: Sequence[str], spec: Mapping[str, Any]):
+    """(array of the images that decode, their paths, [(position in paths, path, reason)] for those
+    that do not): one bad file must not cost the others their predictions."""
+    import numpy as np
+
+    arrays, good, failed = [], [], []
+    for position, path in enumerate(paths):
+        try:
+            arrays.append(preprocess_image(path, spec))
+            good.append(path)
+        except TorchwiseError as exc:
+            failed.append((position, path, str(exc.values.get("error", exc.what))))
+    x = np.stack(arrays).astype(np.float32) if arrays else None
+    return x, good, failed
 
 
 def preprocess_csv(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]):
@@ -123,10 +155,10 @@ class OnnxModel:
 
     @classmethod
     def load(cls, model: str | Path) -> "OnnxModel":
-        import onnxruntime as ort
+        from torchwise.export.onnx_file import open_session
 
         path = resolve_model_path(model)
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        session = open_session(path)
         props = session.get_modelmeta().custom_metadata_map
         return cls(path, session, read_metadata(props))
 
@@ -153,7 +185,8 @@ class OnnxModel:
         return np.concatenate(outs) if outs else np.zeros((0,), dtype=np.float32)
 
     def encode(self, inputs: Sequence[str]):
-        """(pre-processed array, labels) for image files/folders or CSV files."""
+        """(pre-processed array, labels, [(position, input, reason)] for inputs that cannot be read) for image
+        files/folders or CSV files. The array is None when nothing could be read."""
         import numpy as np
 
         spec = self.spec
@@ -172,7 +205,7 @@ class OnnxModel:
                 raise TorchwiseError("This model was trained on a table; pass .csv files.", values={"inputs": others[:5]},
                                      fix="pass a CSV file with the training columns (the target column may be absent)")
             parts = [preprocess_csv(p, self.meta, spec) for p in csvs]
-            return np.concatenate([p[0] for p in parts]), [label for p in parts for label in p[1]]
+            return np.concatenate([p[0] for p in parts]), [label for p in parts for label in p[1]], []
         if csvs:
             raise TorchwiseError("This model was trained on images; a CSV cannot be its input.",
                                  values={"inputs": csvs[:5]}, fix="pass image files or folders")
@@ -180,7 +213,7 @@ class OnnxModel:
         if not files:
             raise TorchwiseError("No images found in the inputs.", values={"inputs": list(inputs)[:10]},
                                  fix=f"pass image files or folders holding them ({', '.join(sorted(IMAGE_EXTENSIONS))})")
-        return preprocess_images(files, spec), files
+        return preprocess_readable(files, spec)
 
 
 def softmax(logits):
@@ -193,29 +226,43 @@ def softmax(logits):
 
 def predict(model: str | Path | OnnxModel, inputs: Sequence[str], *, top_k: int = 5) -> list[dict[str, Any]]:
     """[{"input": label, "predictions": [{"class", "index", "probability"}, ...]}] (classification) or
-    [{"input": label, "value": float | list}] (regression)."""
+    [{"input": label, "value": float | list}] (regression), in input order; an input that cannot be
+    read gets {"input": path, "error": reason} in its place and the others are still predicted."""
     import numpy as np
 
     onnx_model = model if isinstance(model, OnnxModel) else OnnxModel.load(model)
-    x, labels = onnx_model.encode(list(inputs))
-    out = onnx_model.run(x)
+    x, labels, failed = onnx_model.encode(list(inputs))
+    results = [] if x is None else [{"input": label, **row}
+                                    for label, row in zip(labels, _predictions(onnx_model, onnx_model.run(x), top_k))]
+    for position, path, reason in failed:  # ascending positions: each lands where its input was
+        results.insert(position, {"input": path, "error": reason})
+    return results
+
+
+def _predictions(onnx_model: OnnxModel, out, top_k: int) -> list[dict[str, Any]]:
+    import numpy as np
+
     results: list[dict[str, Any]] = []
     if onnx_model.problem == "regression":
         spec = onnx_model.spec or {}
         values = out * float(spec.get("target_std", 1.0)) + float(spec.get("target_mean", 0.0))
-        for label, v in zip(labels, values):
+        for v in values:
             v = np.asarray(v).reshape(-1)
-            results.append({"input": label, "value": float(v[0]) if v.size == 1 else v.tolist()})
+            results.append({"value": float(v[0]) if v.size == 1 else v.tolist()})
         return results
     probs = softmax(out.reshape(len(out), -1).astype(np.float64))
     names = onnx_model.class_names or [str(i) for i in range(probs.shape[1])]
     k = max(1, min(top_k, probs.shape[1]))
     order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
-    for label, p, idx in zip(labels, probs, order):
-        results.append({"input": label, "predictions": [
+    for p, idx in zip(probs, order):
+        results.append({"predictions": [
             {"class": names[i] if i < len(names) else str(i), "index": int(i), "probability": float(p[i])}
             for i in idx]})
     return results
+
+
+def failures(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in results if "error" in r]
 
 
 def format_table(results: Sequence[Mapping[str, Any]]) -> str:
@@ -227,16 +274,48 @@ def format_table(results: Sequence[Mapping[str, Any]]) -> str:
         return text if len(text) <= width else "..." + text[-(width - 3):]
 
     lines = []
-    if "value" in results[0]:
-        lines.append(f"{'input':<{width}}  prediction")
-        for r in results:
+    regression = any("value" in r for r in results)
+    lines.append(f"{'input':<{width}}  prediction" if regression else
+                 f"{'input':<{width}}  {'top-1':<12} {'prob':>7}   others")
+    for r in results:
+        name = f"{short(str(r['input'])):<{width}}"
+        if "error" in r:
+            lines.append(f"{name}  ERROR: {r['error']}")
+        elif regression:
             value = r["value"]
             text = f"{value:.6g}" if isinstance(value, float) else ", ".join(f"{v:.6g}" for v in value)
-            lines.append(f"{short(str(r['input'])):<{width}}  {text}")
-        return "\n".join(lines)
-    lines.append(f"{'input':<{width}}  {'top-1':<12} {'prob':>7}   others")
-    for r in results:
-        top, rest = r["predictions"][0], r["predictions"][1:]
-        others = ", ".join(f"{p['class']} {p['probability'] * 100:.1f}%" for p in rest)
-        lines.append(f"{short(str(r['input'])):<{width}}  {str(top['class']):<12} {top['probability'] * 100:6.1f}%   {others}")
+            lines.append(f"{name}  {text}")
+        else:
+            top, rest = r["predictions"][0], r["predictions"][1:]
+            others = ", ".join(f"{p['class']} {p['probability'] * 100:.1f}%" for p in rest)
+            lines.append(f"{name}  {str(top['class']):<12} {top['probability'] * 100:6.1f}%   {others}")
     return "\n".join(lines)
+
+
+def write_results(results: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """`path` as .json (the results as they are) or .csv: one row per input, an empty `error` column
+    for a prediction and the reason for an input that could not be read."""
+    import csv
+    import io
+
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        text = json.dumps(list(results), indent=2)
+    else:
+        regression = any("value" in r for r in results)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["input", "value", "error"] if regression else ["input", "class", "probability", "top_k", "error"])
+        for r in results:
+            if regression:
+                value = r.get("value")
+                writer.writerow([r["input"], "" if value is None else json.dumps(value), r.get("error", "")])
+                continue
+            preds = r.get("predictions") or []
+            top = preds[0] if preds else {}
+            writer.writerow([r["input"], top.get("class", ""), f"{top['probability']:.6f}" if top else "",
+                             "; ".join(f"{p['class']} {p['probability']:.4f}" for p in preds), r.get("error", "")])
+        text = buffer.getvalue()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path

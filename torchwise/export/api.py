@@ -145,7 +145,7 @@ def export_and_verify(model, example_input: Any, out_dir: str | Path, *,
                 except TorchwiseError as exc:
                     result.error = str(exc)
                     say(f"{fmt}: FAILED: {exc}")
-        except ExportError as exc:
+        except TorchwiseError as exc:  # ExportError, or a written file that cannot be opened again
             result.error = str(exc)
             say(f"{fmt}: FAILED: {exc}")
         for warning in result.warnings:
@@ -246,8 +246,9 @@ def real_inputs_for(meta: Mapping[str, Any], data: str | Path | None, run_dir: P
             files = []
         if files:
             step = max(1, len(files) // limit)
-            x = predict.preprocess_images(files[::step][:limit], spec)
-            return torch.from_numpy(x), f"{len(x)} validation images of the run ({root})"
+            x, _good, _bad = predict.preprocess_readable(files[::step][:limit], spec)
+            if x is not None:
+                return torch.from_numpy(x), f"{len(x)} validation images of the run ({root})"
     candidates = [str(data)] if data else _data_candidates(meta, run_dir)
     for candidate in candidates:
         path = Path(candidate)
@@ -258,8 +259,10 @@ def real_inputs_for(meta: Mapping[str, Any], data: str | Path | None, run_dir: P
             if not files:
                 continue
             step = max(1, len(files) // limit)
-            chosen = files[::step][:limit]
-            x = predict.preprocess_images(chosen, spec)
+            # An unreadable image is left out: verification needs real inputs, not every one of them.
+            x, _good, _bad = predict.preprocess_readable(files[::step][:limit], spec)
+            if x is None:
+                continue
         else:
             x, _rows = predict.preprocess_csv(str(path), meta, spec)
             x = x[:limit]

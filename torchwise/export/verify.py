@@ -195,11 +195,11 @@ def verify_onnx(model, onnx_path: str | Path, batches: Sequence[tuple[str, Any]]
                 rtol: float = DEFAULT_RTOL, raise_on_fail: bool = False) -> VerifyReport:
     """Run the .onnx in a real onnxruntime InferenceSession on each batch and compare with `model`."""
     import numpy as np
-    import onnxruntime as ort
 
     from torchwise.export.onnx import as_tuple
+    from torchwise.export.onnx_file import open_session
 
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = open_session(onnx_path)
     names = [i.name for i in session.get_inputs()]
     out_names = [o.name for o in session.get_outputs()]
     model = copy.deepcopy(model).to("cpu").eval()
