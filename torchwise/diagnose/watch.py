@@ -52,7 +52,9 @@ import os
 import statistics
 import sys
 import sysconfig
+import threading as _threading
 import time
+import warnings as _warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -273,6 +275,124 @@ _INPLACE_FUNCS = {getattr(torch.Tensor, n) for n in ("__isub__", "__iadd__", "su
 _ACCUM_NAMES = {"add", "add_", "__add__", "__radd__", "__iadd__", "sum", "stack", "cat"}
 
 
+
+# --------------------------------------------------------------------------- warnings raised inside torch calls
+
+_OVERRIDES_FILE = os.path.realpath(torch.overrides.__file__)
+_ALWAYS = ("always", None, Warning, None, 0)
+# the torch call now running through our mode: [warnings.filters while it runs, the show function it
+# replaced, the owning thread, the records]; None when no call is running
+_live: list | None = None
+
+
+def _record_warning(msg) -> None:
+    """warnings._showwarnmsg while our mode runs a torch call: keep the warning and the frame it names."""
+    live = _live
+    if live is None or _warnings.filters is not live[0]:
+        # a catch_warnings inside the call (torch's own) took over: its recorder, not ours
+        return (live[1] if live is not None else _warnings._showwarnmsg_impl)(msg)
+    if _threading.get_ident() != live[2]:
+        live[3].append((msg, None))  # another thread's warning: issued again as it came
+        return None
+    live[3].append((msg, _frame_without_mode(msg)))
+    return None
+
+
+def _frame_without_mode(msg):
+    """The frame `msg` would name if our mode were not there (None: keep its own filename and line).
+
+    Our mode adds frames between the caller and the torch function: _call_torch, __torch_function__ and,
+    for a torch function written in Python (F.softmax), torch.overrides' dispatcher and the function's
+    outer call. A warning aimed at the caller (a C++ TORCH_WARN: stacklevel=1; F.softmax: stacklevel=3)
+    names one of those frames; without the mode the same stacklevel names the caller (or one above)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code is not _CALL_CODE:
+        if f.f_code.co_filename == msg.filename and f.f_lineno == msg.lineno:
+            return f  # a frame inside the torch call: the same frame without the mode
+        f = f.f_back
+    if f is None:
+        return None
+    inserted = [f]
+    g = f.f_back
+    if g is not None and g.f_code is _TF_CODE:
+        inserted.append(g)
+        g = g.f_back
+    dispatched = False
+    while g is not None and os.path.realpath(g.f_code.co_filename) == _OVERRIDES_FILE:
+        inserted.append(g)
+        g = g.f_back
+        dispatched = True
+    if dispatched and g is not None:
+        inserted.append(g)  # the torch function's outer call, which handed the call to the dispatcher
+        g = g.f_back
+    up = g
+
+    def climb(frame, n):
+        for _ in range(n):
+            if frame is None:
+                break
+            frame = frame.f_back
+        return frame
+
+    for i, h in enumerate(inserted):
+        if h.f_code.co_filename == msg.filename and h.f_lineno == msg.lineno:
+            return climb(up, i)
+    h = up
+    while h is not None:
+        if h.f_code.co_filename == msg.filename and h.f_lineno == msg.lineno:
+            return climb(h, len(inserted))
+        h = h.f_back
+    return None
+
+
+def _reissue(records: list) -> None:
+    """Issue recorded warnings again, each from its frame, as the interpreter would have (its filters,
+    the frame's module name and __warningregistry__)."""
+    for msg, frame in records:
+        if frame is None:
+            _warnings.warn_explicit(msg.message, msg.category, msg.filename, msg.lineno, source=msg.source)
+            continue
+        g = frame.f_globals
+        registry = g.get("__warningregistry__")
+        if registry is None:
+            registry = g["__warningregistry__"] = {}
+        module = g.get("__name__")
+        if not isinstance(module, str):
+            module = "<string>"
+        _warnings.warn_explicit(msg.message, msg.category, frame.f_code.co_filename, frame.f_lineno,
+                                module=module, registry=registry, source=msg.source)
+
+
+def _call_torch(func, args, kwargs):
+    """func(*args, **kwargs) for our mode, with the warnings it raises attributed to the frame they would
+    name without the mode, and judged by the user's filters there ("error" included).
+
+    While the call runs, warnings are recorded (warnings.filters and warnings._showwarnmsg swapped by
+    assignment: the warnings API would bump the filters' version, and every registry would forget the
+    "default"/"once" warnings it has shown); then each is issued again with warnings.warn_explicit from
+    its frame, so filters, catch_warnings and pytest.warns see what they would see without the checker."""
+    global _live
+    if _live is not None:  # a torch call made inside ours (our mode is off there; user code run by torch)
+        return func(*args, **kwargs)
+    filters = [_ALWAYS]
+    saved_filters, saved_show = _warnings.filters, _warnings._showwarnmsg
+    live = _live = [filters, saved_show, _threading.get_ident(), []]
+    _warnings.filters, _warnings._showwarnmsg = filters, _record_warning
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _live = None
+        if _warnings.filters is filters:
+            _warnings.filters = saved_filters
+        if _warnings._showwarnmsg is _record_warning:
+            _warnings._showwarnmsg = saved_show
+        if live[3]:
+            _reissue(live[3])
+
+
+_CALL_CODE = _call_torch.__code__
+
+
 class _Mode(TorchFunctionMode):
     """Sees functional calls (losses, relu, accumulation of loss tensors, max/topk of model outputs and
     what they are compared with) in deep steps, and the writes that initialize parameters."""
@@ -285,13 +405,13 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         w = self.w
-        if not self.active or _compiling():
+        if not self.active or _compiling():  # (dynamo must not trace the warnings swap)
             return func(*args, **kwargs)
         if w._manual_watch and func in _INPLACE_FUNCS:
             w._note_manual_update(args)
         if not (w._deep or w._loss_scope):
-            return func(*args, **kwargs)
-        out = func(*args, **kwargs)
+            return _call_torch(func, args, kwargs)
+        out = _call_torch(func, args, kwargs)
         if w._op_hunt:
             w._hunt_op(func, args, out)
         try:
@@ -312,6 +432,9 @@ class _Mode(TorchFunctionMode):
         except Exception as exc:  # a checker must never break the user's program
             w.internal_error("function mode", exc)
         return out
+
+
+_TF_CODE = _Mode.__torch_function__.__code__
 
 
 class _PassIter:
