@@ -5,16 +5,21 @@
     torchwise train --config run.yaml --set train.lr=0.003
     torchwise train --out runs/exp1 --resume --epochs 10     (continue, with more epochs)
 
-The run directory gets config.yaml, split.json, data_stats.json, meta.json (written before
-training, so an interrupted run can still be evaluated), and from the Trainer metrics.csv, tb/,
-checkpoints/ and final/; then eval.json and report.html.
+The run directory gets config.yaml, split.json, data_stats.json, meta.json (written once every
+check has passed and the checkpoint, on resume, is loaded: before the first training step, so an
+interrupted run can still be evaluated), and from the Trainer metrics.csv, tb/, checkpoints/ and
+final/; then eval.json and report.html. A refused command changes nothing on disk: every check
+(the --out path, the run already there, the settings, the model name, the data) runs first.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -80,9 +85,10 @@ def resolve_config(args: argparse.Namespace):
 
     flags = {dest: getattr(args, dest, None) for dest in cfg.FLAG_KEYS}
     base = None
-    # --resume without --config continues with the run's own saved configuration, so the user
-    # does not have to repeat every flag; flags given now (e.g. more --epochs) still win.
-    if args.resume and not args.config and args.out and (Path(args.out) / "config.yaml").is_file():
+    # --resume continues with the run's own saved configuration, so the user does not have to repeat
+    # every flag; what is given now (a --config file, flags, --set) goes on top, and plan_resume
+    # decides which of those changes a resumed run can take.
+    if getattr(args, "resume", None) and args.out and (Path(args.out) / "config.yaml").is_file():
         base = cfg.load_yaml(Path(args.out) / "config.yaml")
     config = cfg.resolve(config_file=args.config, base=base, flags=flags, sets=args.set)
     if getattr(args, "quiet", False):
@@ -110,36 +116,211 @@ def _optimizer_factory(train_cfg):
     return make
 
 
+# What the run directory holds, by kind: a file of that name where a folder belongs (or the other way
+# round) would only fail later, in the middle of the run.
+RUN_FOLDERS = ("checkpoints", "final", "best", "tb")
+RUN_FILES = ("config.yaml", "split.json", "data_stats.json", "meta.json", "metrics.csv", "eval.json", "report.html")
+OUT_FIX = "pass --out a folder that can be created and written (a new one is created, with its parents)"
+
+
+def _check_out_dir(run_dir: Path) -> None:
+    """--out must be a folder that exists or can be created, and be writable: said before anything is read."""
+    try:
+        if run_dir.exists() and not run_dir.is_dir():
+            raise TorchwiseError("--out names a file, not a run directory.",
+                                 values={"out": str(run_dir), "size": f"{run_dir.stat().st_size} bytes"}, fix=OUT_FIX)
+        existing = run_dir.absolute()
+        while not existing.exists():
+            existing = existing.parent
+    except OSError as exc:
+        raise TorchwiseError("--out cannot be looked at.", values={"out": str(run_dir), "error": exc.strerror},
+                             fix=OUT_FIX) from None
+    if not existing.is_dir():
+        raise TorchwiseError("--out lies inside a file, not a folder.",
+                             values={"out": str(run_dir), "file": str(existing)}, fix=OUT_FIX)
+    try:  # the one sure test of "can be written" (root ignores permission bits; /proc refuses anyway)
+        os.rmdir(tempfile.mkdtemp(prefix=".torchwise-probe-", dir=existing))
+    except OSError as exc:
+        raise TorchwiseError("--out cannot be created or written.",
+                             values={"out": str(run_dir), "folder": str(existing), "error": exc.strerror},
+                             fix=OUT_FIX) from None
+    for name in RUN_FOLDERS:
+        if (run_dir / name).exists() and not (run_dir / name).is_dir():
+            raise TorchwiseError("The run directory holds a file where torchwise keeps a folder.",
+                                 values={"path": str(run_dir / name), "expected": "a folder"},
+                                 fix=f"move {run_dir / name} away, or choose another --out directory")
+    for name in RUN_FILES:
+        if (run_dir / name).is_dir():
+            raise TorchwiseError("The run directory holds a folder where torchwise writes a file.",
+                                 values={"path": str(run_dir / name), "expected": "a file"},
+                                 fix=f"move {run_dir / name} away, or choose another --out directory")
+
+
 def _check_run_dir(run_dir: Path, resume: bool) -> None:
+    from torchwise.train import checkpoint as ckpt
+
+    complete = ckpt.list_checkpoints(run_dir / "checkpoints")
     if resume:
-        if not (run_dir / "checkpoints").is_dir():
-            raise TorchwiseError("Nothing to resume: the run directory has no checkpoints.",
-                                 values={"out": str(run_dir)}, fix="drop --resume to start this run")
+        if not complete:
+            # a run stopped before its first checkpoint has nothing to continue: it starts again
+            left = sorted(p.name for p in (run_dir / "checkpoints").iterdir()) if (run_dir / "checkpoints").is_dir() else []
+            raise TorchwiseError("Nothing to resume: the run directory has no complete checkpoint.",
+                                 values={"out": str(run_dir), "exists": run_dir.is_dir(),
+                                         "checkpoints": ", ".join(left) or "none"},
+                                 fix="drop --resume to start this run from the beginning")
         return
-    if (run_dir / "checkpoints").exists() or (run_dir / "final").exists():
-        raise TorchwiseError("The run directory already holds a run.", values={"out": str(run_dir)},
+    if complete:
+        raise TorchwiseError("The run directory already holds a run.",
+                             values={"out": str(run_dir), "latest checkpoint": complete[-1].name},
                              fix="add --resume to continue it, or choose a new --out directory")
+    if (run_dir / "final").exists():
+        raise TorchwiseError("The run directory already holds a finished run (final/, without checkpoints to "
+                             "resume from).", values={"out": str(run_dir)},
+                             fix="choose a new --out directory (or move its final/ folder away to train there again)")
 
 
-def _check_resume_plan(config, run_dir: Path) -> None:
-    """A one-cycle or cosine schedule is planned for the run's total length; resuming with another
-    --epochs/--max-steps would either crash (OneCycleLR refuses to step past its total) or make
-    the learning rate jump. Say so up front instead."""
+def _check_up_front(config) -> None:
+    """What can be refused before the data are read (a scan of a large folder takes minutes)."""
+    from torchwise import models
+    from torchwise.data.tasks import is_csv, resolve_model_name
+    from torchwise.train.precision import choose_device
+
+    d = config.data
+    if not d.path:
+        raise TorchwiseError("No data given.", values={"data.path": None},
+                             fix="pass --data FOLDER (class folders) or --data FILE.csv --target COLUMN")
+    if not Path(d.path).exists():
+        raise TorchwiseError("The data path does not exist.", values={"data": d.path},
+                             fix="pass --data an image folder or a CSV file")
+    name = resolve_model_name(config.model.name, "tabular" if is_csv(d.path) else "image")
+    if ":" not in name and name not in models.BUILTIN and name not in models.torchvision_names():
+        raise models._unknown_model(name)
+    if config.model.weights and not config.train.resume and not Path(config.model.weights).is_file():
+        raise TorchwiseError("The --weights file does not exist.", values={"weights": config.model.weights},
+                             fix="pass the path of a local .safetensors or .pt state dict (nothing is downloaded)")
+    choose_device(config.train.device)
+
+
+# ----------------------------------------------------------------------------- resume: which settings may change
+#
+# A resumed run continues the checkpoint, so each setting given again with another value is either
+# applied, ignored (said, with both values) or refused (the run would no longer be the one the
+# checkpoint belongs to). config.yaml then holds what the run really uses: the saved values plus
+# the applied changes, never an ignored or refused one.
+
+# How and where the run computes, and what it records, but not what it learns: applied.
+RESUME_APPLIED = frozenset({
+    "data.num_workers", "data.cache", "data.cache_dir",
+    "train.device", "train.precision", "train.fast", "train.threads", "train.profile", "train.deterministic",
+    "train.eval_batch_size", "train.eval_every", "train.on_oom", "train.checkpoint_every", "train.keep_last",
+    "output.report", "output.worst_examples", "output.progress",
+})
+# The run's length: applied (a longer or shorter run), unless the schedule was laid out for the old length.
+RESUME_LENGTH = frozenset({"train.epochs", "train.max_steps"})
+LAID_OUT_SCHEDULES = ("onecycle", "cosine")
+# Only where the run started from: the checkpoint's weights replace them, so a new value is ignored.
+RESUME_IGNORED = {"model.weights": "the checkpoint's weights replace the starting weights"}
+# This invocation rather than the run; data.path may name moved data, checked after reading (_check_same_data).
+RESUME_NOT_COMPARED = frozenset({"train.resume", "output.dir", "data.path"})
+# Every other setting is refused: the data's split and preprocessing, the model, the optimizer, the
+# learning rate and its schedule, the batch, the seed, the loss, the strategy (and any key added later).
+
+
+def resume_policy(key: str, saved_scheduler: str) -> str:
+    """'applied', 'ignored' or 'refused' for a setting changed on resume."""
+    if key in RESUME_LENGTH:
+        return "refused" if saved_scheduler in LAID_OUT_SCHEDULES else "applied"
+    if key in RESUME_APPLIED:
+        return "applied"
+    return "ignored" if key in RESUME_IGNORED else "refused"
+
+
+def _flat(config) -> dict[str, Any]:
+    return {f"{section}.{key}": value for section, values in config.to_dict().items() for key, value in values.items()}
+
+
+def plan_resume(config, run_dir: Path, checkpoint: Path, log=print):
+    """The configuration a resumed run uses: its saved config.yaml plus the changes it can take."""
     from torchwise import config as cfg
 
     saved_path = run_dir / "config.yaml"
-    if not config.train.resume or not saved_path.is_file():
-        return
-    saved = cfg.load_yaml(saved_path).train
-    now = config.train
-    changed = {key: f"{getattr(saved, key)} -> {getattr(now, key)}" for key in ("epochs", "max_steps")
-               if getattr(saved, key) != getattr(now, key)}
-    if changed and saved.scheduler in ("onecycle", "cosine"):
+    if not saved_path.is_file():
+        raise TorchwiseError("The run to resume has no config.yaml (the settings it was trained with).",
+                             values={"out": str(run_dir), "missing": str(saved_path)},
+                             fix="restore config.yaml into the run directory, or start a new run with another --out")
+    saved = _with_absolute_paths(cfg.load_yaml(saved_path))
+    was, now = _flat(saved), _flat(_with_absolute_paths(config))
+    changed = {key: (was[key], now[key]) for key in was if key not in RESUME_NOT_COMPARED and was[key] != now[key]}
+    by_policy: dict[str, dict[str, tuple[Any, Any]]] = {"applied": {}, "ignored": {}, "refused": {}}
+    for key, values in changed.items():
+        by_policy[resume_policy(key, saved.train.scheduler)][key] = values
+    refused = by_policy["refused"]
+    weights_fix = (f"train longer or differently as a new run that starts from this one's weights: --weights "
+                   f"{checkpoint / 'model.safetensors'} --out NEW_RUNDIR")
+    if refused and set(refused) <= RESUME_LENGTH:
         raise TorchwiseError(
-            f"This run's {saved.scheduler} learning-rate schedule was planned for its original length.",
-            values={"run": str(run_dir), "changed": changed, "scheduler": saved.scheduler},
-            fix="resume with the original length (drop these flags), or train longer as a new run starting "
-                f"from this one: --weights {run_dir / 'final' / 'model.safetensors'} --out NEW_RUNDIR")
+            f"This run's {saved.train.scheduler} learning-rate schedule was planned for its original length.",
+            values={"run": str(run_dir), **{key: f"saved {a}, given {b}" for key, (a, b) in refused.items()},
+                    "scheduler": saved.train.scheduler},
+            fix=f"resume with the original length (drop these flags), or {weights_fix}")
+    if refused:
+        raise TorchwiseError(
+            "These settings cannot change when a run is resumed: its checkpoint was trained with the saved values.",
+            values={"run": str(run_dir), **{key: f"saved {a}, given {b}" for key, (a, b) in refused.items()}},
+            fix=f"drop them to continue the run as it was, or {weights_fix}")
+    for key, (a, b) in by_policy["applied"].items():
+        log(f"resume: {key} changes from {a} to {b}")
+    for key, (a, b) in by_policy["ignored"].items():
+        log(f"resume: ignoring {key}={b}: the run keeps {a} ({RESUME_IGNORED[key]})")
+    tree = saved.to_dict()
+    for key, (_, b) in by_policy["applied"].items():
+        section, _, name = key.partition(".")
+        tree[section][name] = b
+    tree["data"]["path"] = now["data.path"]
+    tree["output"]["dir"] = config.output.dir
+    tree["train"]["resume"] = True
+    return cfg.from_dict(tree)
+
+
+def _comparable(value: Any) -> Any:
+    """JSON content with floats rounded (recomputed normalization statistics may differ in the last digits)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+# Where the data live is not part of what they are: moved data resume as well.
+NOT_THE_DATA = {"split.json": ("root", "skipped"), "meta.json": ("data_path",)}
+
+
+def _check_same_data(run_dir: Path, now: dict[str, dict[str, Any]], data_path: str) -> None:
+    """A resumed run trains on the data of its checkpoint: the same split (the same files or rows,
+    train and val) and the same preprocessing (classes, input, normalization, encoders)."""
+    differs, then_root = [], None
+    for name, fresh in now.items():
+        path = run_dir / name
+        if not path.is_file():
+            continue  # a run from before these files were kept: the Trainer still compares sample counts
+        try:
+            saved = json.loads(path.read_text())
+        except ValueError:
+            raise TorchwiseError(f"The run's {name} is damaged (not valid JSON).", values={"path": str(path)},
+                                 fix="restore it from a backup, or start a new run with another --out") from None
+        then_root = then_root or saved.get("root") or saved.get("data_path")
+        skip = NOT_THE_DATA.get(name, ())
+        keys = sorted(set(saved) | set(fresh))
+        differs += [f"{name}:{key}" for key in keys if key not in skip
+                    and _comparable(saved.get(key)) != _comparable(fresh.get(key))]
+    if differs:
+        raise TorchwiseError(
+            "The training data differ from the data of the run being resumed.",
+            values={"run": str(run_dir), "data then": then_root or "-", "data now": data_path,
+                    "differs in": ", ".join(differs)},
+            fix="resume with the run's own data (drop --data), or start a new run with another --out")
 
 
 def _with_absolute_paths(config):
@@ -148,6 +329,15 @@ def _with_absolute_paths(config):
     model = dataclasses.replace(config.model,
                                 weights=str(Path(config.model.weights).resolve()) if config.model.weights else None)
     return dataclasses.replace(config, data=data, model=model)
+
+
+def _publish(staging: Path, run_dir: Path) -> None:
+    """The prepared run files into the run directory, each replaced atomically (never half written)."""
+    from torchwise.train.checkpoint import atomic_write_path
+
+    for path in sorted(staging.iterdir()):
+        with atomic_write_path(run_dir / path.name) as tmp:
+            tmp.write_bytes(path.read_bytes())
 
 
 def _step_of(checkpoint: Path | None) -> int:
@@ -162,11 +352,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
 
     `on_trainer(trainer)` is called before training starts (e.g. `torchwise tune` registers its
     evaluation callback there)."""
-    import torch
-
-    from torchwise.data.tasks import prepare_task
-    from torchwise.models import build_model
-    from torchwise.train.reproducibility import seed_everything
+    from torchwise.train import checkpoint as ckpt
 
     if not config.output.dir:
         raise TorchwiseError("No run directory given.", values={"output.dir": None},
@@ -179,20 +365,44 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
     if not main:
         log = lambda *_args, **_kwargs: None  # noqa: E731
     if main:
+        _check_out_dir(run_dir)
         _check_run_dir(run_dir, config.train.resume)
-        _check_resume_plan(config, run_dir)
+    if config.train.resume:  # every rank, so that all train with the same settings (only reads files)
+        checkpoint = ckpt.find_resume_checkpoint(True, run_dir, warn=None)  # the Trainer warns, once
+        config = plan_resume(config, run_dir, checkpoint, log)
+    _check_up_front(config)
+    # The run's own files are prepared in a private folder and copied into the run directory only once
+    # the Trainer has passed its checks too (fit_start): a refused command leaves the run as it was.
+    staging = Path(tempfile.mkdtemp(prefix="torchwise-run-")) if main else None
+    try:
+        return _train_in(config, run_dir, staging, dist_env, log, on_trainer)
+    except OSError as exc:  # a write into the run directory failed midway (disk full, file size limit)
+        raise ckpt.write_error("A file of the run could not be written or read.", Path(exc.filename or run_dir),
+                               exc, "free disk space (or raise the file size limit) and continue the run with "
+                               f"torchwise train --out {run_dir} --resume (from its newest checkpoint)") from exc
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _train_in(config, run_dir: Path, staging: Path | None, dist_env, log, on_trainer) -> dict[str, Any]:
+    import torch
+
+    from torchwise.data.stats import STATS_FILE
+    from torchwise.data.tasks import SPLIT_FILE, prepare_task
+    from torchwise.models import build_model
+    from torchwise.train.distributed import barrier
+    from torchwise.train.reproducibility import seed_everything
+
+    main = dist_env.is_main
     started = time.perf_counter()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     config = _with_absolute_paths(config)
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        # `resume` is what this invocation does, not a property of the run: a saved `resume: true`
-        # would make `--config RUN/config.yaml` fail for a new run.
-        dataclasses.replace(config, train=dataclasses.replace(config.train, resume=False)).save(run_dir / "config.yaml")
-        task = prepare_task(config, run_dir, progress=_progress_enabled(config.output.progress), log=log)
-    from torchwise.train.distributed import barrier
-
+        if (run_dir / STATS_FILE).is_file():  # the cached normalization statistics: not computed again
+            shutil.copyfile(run_dir / STATS_FILE, staging / STATS_FILE)
+        task = prepare_task(config, staging, progress=_progress_enabled(config.output.progress), log=log)
     barrier(dist_env)
     if not main:
         task = prepare_task(config, None)
@@ -200,13 +410,23 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
     _log_loss(config, task, log)
     meta = {**task.meta(), "data_path": str(Path(config.data.path).resolve())}
     if main:
-        (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+        (staging / "meta.json").write_text(json.dumps(meta, indent=2))
+        # `resume` is what this invocation does, not a property of the run: a saved `resume: true`
+        # would make `--config RUN/config.yaml` fail for a new run.
+        dataclasses.replace(config, train=dataclasses.replace(config.train, resume=False)).save(staging / "config.yaml")
+        if config.train.resume:
+            _check_same_data(run_dir, {name: json.loads((staging / name).read_text())
+                                       for name in (SPLIT_FILE, "meta.json") if (staging / name).is_file()},
+                             config.data.path)
 
     # The weights are initialized here, before the Trainer seeds anything: seed now, or the same
-    # --seed would give a different model on every run.
+    # --seed would give a different model on every run. A resumed run takes its checkpoint's weights,
+    # so its starting weights file is not read (it may be gone by now).
     seed_everything(config.train.seed)
-    model = build_model(**task.model_kwargs, weights=config.model.weights)
+    model = build_model(**task.model_kwargs, weights=None if config.train.resume else config.model.weights)
     trainer = _make_trainer(config, task, model, run_dir, meta)
+    if main:
+        trainer.events.on("fit_start", lambda **_: _publish(staging, run_dir))
     if on_trainer is not None:
         on_trainer(trainer)
     fit_started = time.perf_counter()
@@ -386,6 +606,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         train_run(config)
         succeeded = True
+    except KeyboardInterrupt:
+        _say_how_to_resume(config)
+        raise  # the CLI's own answer to Ctrl-C: exit status 130
     finally:
         leave(together=succeeded)  # under torchrun: every rank leaves the group before the interpreter ends
     return 0
+
+
+def _say_how_to_resume(config) -> None:
+    """After Ctrl-C: the exact command that continues the run, when it has a checkpoint to continue from."""
+    import shlex
+
+    from torchwise.train import checkpoint as ckpt
+
+    if config.output.dir and os.environ.get("RANK", "0") == "0":
+        found = ckpt.list_checkpoints(Path(config.output.dir) / "checkpoints")
+        if found:
+            print(f"torchwise train: interrupted; {found[-1].name} is saved. Continue with:\n"
+                  f"  torchwise train --out {shlex.quote(str(config.output.dir))} --resume", file=sys.stderr)

@@ -4,7 +4,10 @@ A checkpoint is `checkpoints/step-000000123/` holding `model.safetensors` (weigh
 (optimizer, scheduler, scaler, RNG, position, best metric, config; tensors and plain containers
 only, read back with weights_only=True) and `COMPLETE` (written last). Everything is written into a
 temporary sibling directory, fsync'ed, then renamed into place: a process killed at any moment
-leaves either the previous complete checkpoint or the new one, never a half-written one.
+leaves either the previous complete checkpoint or the new one, never a half-written one. A write
+that fails (disk full, file size limit) removes its temporary directory and says which checkpoint
+is still good. On resume a checkpoint whose files are cut short (copied in part, a damaged disk) is
+recognised before loading, and the previous good one is used instead, with a warning.
 """
 from __future__ import annotations
 
@@ -12,13 +15,15 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
-from torchwise.errors import CheckpointError
+from torchwise.errors import CheckpointError, TorchwiseError
 
 PREFIX = "step-"
 MARKER = "COMPLETE"
@@ -37,16 +42,49 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    try:  # Linux says it without changing it
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _usual_mode(path: Path) -> None:
+    """The mode a plain open() would give: safetensors writes its file 0600 whatever the umask says,
+    which hides weights from the rest of a team sharing the run directory."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def write_error(what: str, path: Path, exc: BaseException, fix: str, **values: Any) -> TorchwiseError:
+    """A failed write (disk full, file too large, read-only disk, a file where a folder belongs) as an
+    error that names the file and the system's reason instead of a traceback from inside a writer."""
+    reason = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return TorchwiseError(what, values={"path": str(path), "error": reason, **values}, fix=fix)
+
+
 @contextlib.contextmanager
 def atomic_write_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; on success fsync it and rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Yield a temporary path next to `path`; on success fsync it and rename it over `path`.
+
+    The file gets the usual mode from the umask (0644 under umask 022), whoever wrote it."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        yield tmp
-        _fsync_file(tmp)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            _usual_mode(tmp)
+            _fsync_file(tmp)
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except OSError as exc:
+            raise write_error("Could not write a file of the run.", path, exc,
+                              "free disk space (or raise the file size limit) and check that the folder is "
+                              "writable; the previous version of the file is unchanged") from exc
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -76,14 +114,28 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
     from safetensors.torch import save_file
 
     final = root / checkpoint_name(step)
-    if tmp is None:
-        tmp = begin_checkpoint(root, step)
-    save_file({k: v.cpu() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
-    torch.save(state, tmp / "state.pt")
-    (tmp / MARKER).write_text(json.dumps({"step": step, "time": time.time()}))
-    for name in ("model.safetensors", "state.pt", MARKER):
-        _fsync_file(tmp / name)
-    _fsync_dir(tmp)
+    try:
+        if tmp is None:
+            tmp = begin_checkpoint(root, step)
+        save_file({k: v.cpu() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
+        torch.save(state, tmp / "state.pt")
+        # The marker is written only once both files are whole (and fsync'ed): a write that fails
+        # or is killed before this line leaves a directory that no reader takes for a checkpoint.
+        for name in ("model.safetensors", "state.pt"):
+            _usual_mode(tmp / name)
+            _fsync_file(tmp / name)
+        (tmp / MARKER).write_text(json.dumps({"step": step, "time": time.time()}))
+        _fsync_file(tmp / MARKER)
+        _fsync_dir(tmp)
+    except Exception as exc:  # disk full, file size limit, I/O error: raised by safetensors, torch or open()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        good = [p for p in list_checkpoints(root) if unreadable_reason(p) is None]
+        raise write_error(
+            f"Could not write checkpoint {final.name}.", final, exc,
+            "free disk space (or raise the file size limit), then continue the run with --resume"
+            + (f": it restarts from {good[-1].name}, which is intact" if good else " (no checkpoint was saved yet)"),
+            **{"latest good checkpoint": good[-1].name if good else "none"}) from exc
     if final.exists():  # the same step saved again (a resumed run): move the old one out of the way first
         old = root / f".old-{checkpoint_name(step)}-{os.getpid()}"
         os.replace(final, old)
@@ -101,6 +153,51 @@ def has_shards(path: Path) -> bool:
 
 def is_complete(path: Path) -> bool:
     return (path / MARKER).is_file() and (path / "model.safetensors").is_file() and (path / "state.pt").is_file()
+
+
+def unreadable_reason(path: Path) -> str | None:
+    """Why a checkpoint marked complete cannot be read (None: it can), from its files' sizes and
+    framing alone: a cut-off model.safetensors or state.pt is found without loading either."""
+    for name in ("model.safetensors", "state.pt"):
+        file = path / name
+        try:
+            size = file.stat().st_size
+            problem = _safetensors_problem(file, size) if name.endswith(".safetensors") else _torch_file_problem(file)
+        except OSError as exc:
+            problem = f"cannot be read ({exc.strerror})"
+            size = 0
+        if problem:
+            return f"{name}: {size} bytes, {problem}"
+    return None
+
+
+def _safetensors_problem(file: Path, size: int) -> str | None:
+    # safetensors: 8 bytes of header length, the JSON header, then every tensor's bytes
+    with open(file, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return "shorter than a safetensors header"
+        length = int.from_bytes(head, "little")
+        if length > size - 8:
+            return f"cut short: its header alone needs {8 + length} bytes"
+        try:
+            header = json.loads(fh.read(length))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return "its header is damaged"
+    if 8 + length + end != size:
+        return f"cut short: its header describes {8 + length + end} bytes"
+    return None
+
+
+def _torch_file_problem(file: Path) -> str | None:
+    # torch.save writes a zip archive whose directory comes last: a cut-off file has none
+    try:
+        with zipfile.ZipFile(file) as archive:
+            archive.infolist()
+    except (zipfile.BadZipFile, ValueError, EOFError):
+        return "cut short or damaged: not a complete torch archive"
+    return None
 
 
 def list_checkpoints(root: Path) -> list[Path]:
@@ -127,27 +224,56 @@ def prune(root: Path, keep_last: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def find_resume_checkpoint(resume: bool | str | Path, out_dir: Path | None) -> Path | None:
-    """Resolve `resume=` to a complete checkpoint directory (None: start fresh)."""
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def newest_readable(found: list[Path], warn: Any = _warn) -> Path | None:
+    """The newest checkpoint of `found` (oldest first) that can be read; a newer unreadable one is
+    passed over with a warning naming both. None when `found` is empty; an error when none is readable."""
+    broken: dict[str, str] = {}
+    for path in reversed(found):
+        reason = unreadable_reason(path)
+        if reason is None:
+            if broken and warn is not None:
+                warn(f"torchwise: warning: checkpoint {', '.join(broken)} is unreadable "
+                     f"({'; '.join(broken.values())}); resuming from the previous good checkpoint {path.name} "
+                     f"({path}) instead")
+            return path
+        broken[path.name] = reason
+    if broken:
+        raise CheckpointError("No checkpoint of this run can be read: each is cut short or damaged.",
+                              values={"checkpoints": str(found[-1].parent), **broken},
+                              fix="start a new run (another --out), or restore the checkpoint files from a backup")
+    return None
+
+
+def find_resume_checkpoint(resume: bool | str | Path, out_dir: Path | None, warn: Any = _warn) -> Path | None:
+    """Resolve `resume=` to a complete, readable checkpoint directory (None: start fresh).
+    `warn` gets the line saying an unreadable newer checkpoint was passed over (None: silent)."""
     if resume is False or resume is None:
         return None
     if resume is True:
         if out_dir is None:
             raise CheckpointError("resume=True needs out_dir to know where the checkpoints are.",
                                   fix="Pass out_dir=... (the run directory), or resume='path/to/checkpoint'.")
-        found = list_checkpoints(out_dir / "checkpoints")
-        return found[-1] if found else None
+        return newest_readable(list_checkpoints(out_dir / "checkpoints"), warn)
     path = Path(resume)
     if path.is_dir() and not is_complete(path):
         found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
         if found:
-            return found[-1]
+            return newest_readable(found, warn)
     if not (path.is_dir() and is_complete(path)):
         raise CheckpointError(
             "No complete checkpoint at the resume path.",
             values={"resume": str(path)},
             fix="Pass a run directory, its checkpoints/ folder or one checkpoints/step-... directory.",
         )
+    reason = unreadable_reason(path)
+    if reason is not None:  # named by the user: no other checkpoint is taken silently in its place
+        raise CheckpointError("The checkpoint to resume from cannot be read.", values={"resume": str(path),
+                              "problem": reason}, fix="pass an earlier checkpoint, or the run directory (its "
+                              "newest readable checkpoint is then used)")
     return path
 
 
@@ -157,8 +283,29 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
     if not is_complete(path):
         raise CheckpointError("Checkpoint is incomplete (it was being written when the process stopped).",
                               values={"path": str(path)}, fix="Resume from an earlier checkpoint.")
-    weights = load_file(str(path / "model.safetensors"), device=str(map_location))
-    # Optimizer.load_state_dict moves its state to the parameters' device by itself, and RNG states
-    # must stay on the CPU, so the rest of the state is always read onto the CPU.
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    reason = unreadable_reason(path)
+    if reason is not None:
+        raise CheckpointError("The checkpoint cannot be read: a file is cut short or damaged.",
+                              values={"path": str(path), "problem": reason},
+                              fix="Resume from an earlier checkpoint (resume=True takes the newest readable one).")
+    name = "model.safetensors"
+    try:
+        weights = load_file(str(path / name), device=str(map_location))
+        # Optimizer.load_state_dict moves its state to the parameters' device by itself, and RNG states
+        # must stay on the CPU, so the rest of the state is always read onto the CPU.
+        name = "state.pt"
+        state = torch.load(path / name, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError, EOFError) + _safetensors_errors() as exc:  # damaged inside
+        raise CheckpointError("The checkpoint cannot be read: a file is damaged.",
+                              values={"path": str(path / name), "size": f"{(path / name).stat().st_size} bytes",
+                                      "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__},
+                              fix="Resume from an earlier checkpoint, or restore the file from a backup.") from exc
     return weights, state
+
+
+def _safetensors_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # older safetensors: its error is a plain Exception subclass
+        return ()
+    return (SafetensorError,)

@@ -168,7 +168,8 @@ class RunFiles:
             self.t.model.load_state_dict(self.best_state)
         if self.t.out_dir is None:
             return None
-        found = ckpt.list_checkpoints(self.t.out_dir / "checkpoints")
+        # A newest checkpoint that cannot be read (cut short) does not count: the finished run gets a good one
+        found = [p for p in ckpt.list_checkpoints(self.t.out_dir / "checkpoints") if ckpt.unreadable_reason(p) is None]
         last = int(found[-1].name[len(ckpt.PREFIX):]) if found else -1
         if sum_across([float(last != self.t.pos.step)], self.t.dist, self.t.device)[0]:
             self.save_checkpoint()  # so that resume=True on a finished run finds it finished
