@@ -7,8 +7,10 @@ subcommand is used, so `torchwise --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
+import re
 import sys
 
 # name -> (module, one-line help). Order is the order shown in --help.
@@ -35,10 +37,75 @@ def _available() -> dict[str, tuple[str, str]]:
     return found
 
 
+def closest(word: str, choices: list[str], n: int = 3) -> list[str]:
+    """The choices closest to a mistyped `word`: those it starts (an abbreviation), then look-alikes."""
+    starts = sorted(c for c in choices if c.startswith(word) and c != word)
+    bare = {c.lstrip("-"): c for c in choices}  # compared without the dashes every flag shares
+    alike = [bare[c] for c in difflib.get_close_matches(word.lstrip("-"), list(bare), n=n, cutoff=0.7)]
+    # --learning-rate for --lr: the initials of a long spelling
+    parts = [p for p in word.lstrip("-").split("-") if p]
+    initials = [c for c in choices if len(parts) > 1 and c.lstrip("-") == "".join(p[0] for p in parts)]
+    return list(dict.fromkeys(starts[:n] + alike + initials))[:n]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with two changes: a flag must be spelled out (an abbreviation that works today would
+    silently mean another flag once a longer one is added: it is refused with the flag it stands for),
+    and an error names the closest real subcommand or flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def flags(self) -> list[str]:
+        return sorted(o for o in self._option_string_actions if o.startswith("--"))
+
+    def error(self, message: str):  # argparse's errors: exit status 2, as argparse
+        match = re.search(r"invalid choice: '([^']*)'", message)
+        if match:
+            sub = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+            choices = list(sub[0].choices) if sub else []
+            guess = closest(match.group(1), choices)
+            if guess:
+                message += f"\n  did you mean: {', '.join(guess)}"
+        elif "expected one argument" in message:
+            message += "\n  fix: give the value right after the flag, e.g. --epochs 3"
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """The error text for arguments no flag of `parser` takes, with the closest real flags."""
+    lines = []
+    flags = parser.flags() if isinstance(parser, Parser) else sorted(parser._option_string_actions)
+    unknown = [x for x in extras if x.startswith("-") and x != "-"]
+    if unknown:
+        lines.append(f"unknown flag{'s' if len(unknown) > 1 else ''}: {' '.join(unknown)}")
+        fixes = []
+        for token in unknown:
+            name = token.split("=", 1)[0]
+            guess = closest(name, flags) if name.startswith("--") else closest("-" + name.lstrip("-"), flags)
+            if guess:
+                lines.append(f"  {name}: did you mean {' or '.join(guess)}?")
+                fixes.append(guess[0])
+            else:
+                lines.append(f"  {name}: no flag looks like it")
+        plain = [x for i, x in enumerate(extras) if x not in unknown
+                 and not (i and extras[i - 1] in unknown and "=" not in extras[i - 1])]  # an unknown flag's value
+        if plain:
+            lines.append(f"  unexpected values: {' '.join(plain)}")
+        fix = f"use {', '.join(fixes)}" if fixes else "use one of the flags in the usage above"
+    else:
+        lines.append(f"unexpected argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}")
+        fix = "values go right after their flag (for example --data FILE.csv); see the usage above"
+    lines.append(f"  fix: {fix} ({parser.prog} --help lists every flag)")
+    return "\n".join(lines)
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     import torchwise
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="torchwise",
         description="The practical PyTorch training chain, done right.",
     )
@@ -57,7 +124,13 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, modules = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        where = sub.choices.get(args.command, parser) if args.command else parser
+        where.print_usage(sys.stderr)
+        print(f"{where.prog}: error: {unknown_arguments(where, extras)}", file=sys.stderr)
+        return 2
     if not args.command:
         parser.print_help()
         return 0

@@ -92,15 +92,45 @@ def prepare_task(config: RunConfig, run_dir: str | Path | None, *, progress: boo
     if not config.data.path:
         raise TorchwiseError("No data given.", values={"data.path": None},
                              fix="pass --data FOLDER (class folders) or --data FILE.csv --target COLUMN")
+    if log is None:
+        log = print if os.environ.get("RANK", "0") == "0" else (lambda _line: None)
     if is_csv(config.data.path):
         task = _prepare_tabular(config, run_dir)
     else:
-        if log is None:
-            log = print if os.environ.get("RANK", "0") == "0" else (lambda _line: None)
         task = _prepare_image(config, run_dir, progress=progress, log=log)
     if task.class_weights is not None:
         task.summary["class_weights"] = describe_class_weights(task)
+    for line in task.summary.get("warnings") or []:
+        log(f"data: warning: {line}")
     return task
+
+
+def check_class_split(class_names: list[str], train_counts: dict[str, int], val_counts: dict[str, int], *,
+                      source: str) -> list[str]:
+    """The split of a classification task, whatever made it (CSV rows or image folders): refuse a class
+    with no training example (the model could never learn it); return a warning for a class with a
+    single example and for a class that is in one split but not the other (said with names and counts)."""
+    counts = {name: (int(train_counts.get(name, 0)), int(val_counts.get(name, 0))) for name in class_names}
+    shown = lambda names: ", ".join(f"{n!r} (train {counts[n][0]}, val {counts[n][1]})" for n in names[:10]) + (  # noqa: E731
+        f", ... ({len(names)} classes)" if len(names) > 10 else "")
+    no_train = [n for n, (tr, _) in counts.items() if tr == 0]
+    if no_train:
+        raise TorchwiseError("Some classes have no training examples, so the model cannot learn them.",
+                             values={"data": source, "classes without training examples": no_train[:20],
+                                     "counts": shown(no_train)},
+                             fix="add training examples of these classes, or remove them from the data; for a "
+                                 "CSV file whose rows of these classes have missing values, --set "
+                                 "data.missing=impute keeps those rows")
+    warnings = []
+    single = [n for n, (tr, va) in counts.items() if tr + va == 1]
+    if single:
+        warnings.append(f"{len(single)} class(es) with a single example: {shown(single)}; the model sees it once "
+                        f"and validation cannot measure it")
+    no_val = [n for n, (tr, va) in counts.items() if va == 0 and n not in single]
+    if no_val:
+        warnings.append(f"{len(no_val)} class(es) in training but not in validation: {shown(no_val)}; their "
+                        f"validation metrics are empty (add examples, or raise data.val_fraction)")
+    return warnings
 
 
 def _class_weights(config: RunConfig, problem: str, train_labels: Any, class_names: list[str]
@@ -163,6 +193,8 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
                              fix="drop --problem (or set it to classification)")
     scan = imagefolder.scan_image_folder(d.path, val_fraction=d.val_fraction, seed=config.train.seed,
                                          progress=progress, keep_decoded=d.cache != "off")
+    split_warnings = check_class_split(scan.class_names, scan.class_counts(scan.train), scan.class_counts(scan.val),
+                                       source=str(d.path))
     weights = _class_weights(config, "classification", [label for _, label in scan.train], scan.class_names)
     model_name = resolve_model_name(config.model.name, "image")
     gray = d.channels == "gray" or (d.channels == "auto" and scan.grayscale)
@@ -209,6 +241,8 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
                                                  "val": rel(scan.val),
                                                  "skipped": [[p, r] for p, r in scan.skipped]})
     summary = scan.summary()
+    if split_warnings:
+        summary["warnings"] = list(summary.get("warnings") or []) + split_warnings
     summary.update({"input": f"{channels}x{side}x{side}", "normalization": stats_source, "cache": cache_line,
                     "augmentation": "on the device, per batch" if batch_augment is not None else "in the loader"})
     return Task(
@@ -288,7 +322,14 @@ def _prepare_tabular(config: RunConfig, run_dir: str | Path | None) -> Task:
 
     d = config.data
     data = tabular.load_tabular(d.path, d.target, problem=d.problem, val_fraction=d.val_fraction,
-                                seed=config.train.seed, missing=d.missing, max_categories=d.max_categories)
+                                seed=config.train.seed, missing=d.missing, max_categories=d.max_categories,
+                                decimal=d.decimal)
+    summary = data.summary()
+    if data.problem == "classification":
+        split_warnings = check_class_split(data.class_names, summary["train_counts"], summary["val_counts"],
+                                           source=str(d.path))
+        if split_warnings:
+            summary["warnings"] = list(summary.get("warnings") or []) + split_warnings
     weights = _class_weights(config, data.problem, data.y_train, data.class_names)
     model_name = resolve_model_name(config.model.name, "tabular")
     n_features = len(data.mean)
@@ -304,7 +345,7 @@ def _prepare_tabular(config: RunConfig, run_dir: str | Path | None) -> Task:
         input_size=[n_features], mean=data.mean, std=data.std,
         model_kwargs={"name": model_name, "num_classes": outputs, "in_channels": n_features, "input_size": None,
                       "freeze_backbone": config.model.freeze_backbone},
-        summary=data.summary(), meta_extra={"tabular": data.tabular_meta()},
+        summary=summary, meta_extra={"tabular": data.tabular_meta()},
         val_ids=[f"row {r + 2}" for r in data.val_rows],  # +2: 1-based line numbers after the header
         class_weights=weights,
     )
