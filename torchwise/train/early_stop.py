@@ -9,9 +9,11 @@ from torchwise.errors import ConfigError
 
 @dataclass
 class EarlyStopping:
-    monitor: str = "val_loss"
+    # None: the Trainer's monitor (default "val_loss"); the mode follows from the metric's name
+    # ("min" for losses, "max" for accuracies) unless given
+    monitor: str | None = None
     patience: int = 5          # evaluations without improvement before stopping
-    mode: str = "min"          # "min" for losses, "max" for accuracies
+    mode: str | None = None    # "min" for losses, "max" for accuracies
     min_delta: float = 0.0
     restore_best: bool = True  # put the best weights back at the end of fit()
     # progress, saved in checkpoints
@@ -19,12 +21,23 @@ class EarlyStopping:
     bad_evaluations: int = 0
 
     def __post_init__(self) -> None:
-        if self.mode not in ("min", "max"):
+        from torchwise.train.input_checks import infer_mode, is_int
+
+        if self.monitor is not None and not (isinstance(self.monitor, str) and self.monitor):
+            raise ConfigError("EarlyStopping monitor must be a metric name.", values={"monitor": repr(self.monitor)},
+                              fix="Pass e.g. monitor='val_loss' or monitor='val_acc' (or leave it out: the "
+                                  "Trainer's monitor is used).")
+        if self.mode not in (None, "min", "max"):
             raise ConfigError("EarlyStopping mode must be 'min' or 'max'.", values={"mode": self.mode},
                               fix="Use 'min' for a loss and 'max' for an accuracy.")
-        if self.patience < 1:
-            raise ConfigError("EarlyStopping patience must be at least 1.", values={"patience": self.patience},
-                              fix="Pass patience=5 or so.")
+        if not is_int(self.patience) or self.patience < 1:
+            raise ConfigError("EarlyStopping patience must be an integer of at least 1.",
+                              values={"patience": self.patience}, fix="Pass patience=5 or so.")
+        if not isinstance(self.min_delta, (int, float)) or isinstance(self.min_delta, bool) or not self.min_delta >= 0:
+            raise ConfigError("EarlyStopping min_delta must be a number >= 0.", values={"min_delta": self.min_delta},
+                              fix="Pass min_delta=0.0 (any improvement counts) or a small positive number.")
+        if self.mode is None and self.monitor is not None:
+            self.mode = infer_mode(self.monitor)  # None still: the Trainer's mode decides, or it asks
 
     def update(self, value: float) -> bool:
         """Record one evaluation; returns True when training should stop."""
@@ -36,6 +49,10 @@ class EarlyStopping:
         return self.bad_evaluations >= self.patience
 
     def improved(self, value: float) -> bool:
+        if self.mode is None:
+            raise ConfigError("EarlyStopping does not know whether a higher or lower value is better.",
+                              values={"monitor": self.monitor, "mode": None},
+                              fix="Pass mode='max' (accuracies) or mode='min' (losses).")
         if math.isnan(value):
             return False
         if math.isnan(self.best):

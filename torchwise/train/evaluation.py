@@ -7,7 +7,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from torchwise.train.batches import batch_size_of, move_to, split_batch
+from torchwise.train import input_checks as checks
+from torchwise.train.batches import batch_size_of, move_to
 from torchwise.train.distributed import DistEnv, gather_objects, max_across
 from torchwise.train.precision import Precision
 from torchwise.train.reproducibility import capture_rng_state, restore_rng_state
@@ -43,13 +44,13 @@ class Evaluator:
         non_blocking = self.device.type == "cuda"
         try:
             with torch.inference_mode(), self.precision.autocast(self.device):
-                for batch in batches:
-                    inputs, target = split_batch(move_to(batch, self.device, non_blocking))
+                for index, batch in enumerate(batches):
+                    inputs, target = checks.model_inputs(move_to(batch, self.device, non_blocking))
                     if self.prepare_inputs is not None:
                         inputs = (self.prepare_inputs(inputs[0]), *inputs[1:])
-                    out = self.model(*inputs)
+                    out = self._forward(inputs, target, first=index == 0)
                     n = batch_size_of(target)
-                    loss_sum += float(self.loss_fn(out, target)) * n
+                    loss_sum += float(self._loss(out, target, first=index == 0)) * n
                     count += n
                     outs.append(out.detach().float().cpu())
                     targets.append(target.detach().cpu() if isinstance(target, torch.Tensor) else target)
@@ -61,6 +62,30 @@ class Evaluator:
                 self.watcher.phase("train")
             restore_rng_state(rng)
         return outs, targets, loss_sum, count
+
+    def _forward(self, inputs: tuple[Any, ...], target: Any, first: bool) -> Any:
+        if not first:
+            return self.model(*inputs)
+        try:
+            out = self.model(*inputs)
+        except Exception as exc:  # noqa: BLE001 - told with the batch's shapes
+            if isinstance(exc, checks.TorchwiseError) or _is_oom(exc):
+                raise
+            raise checks.forward_error(exc, inputs, self.model, "first validation batch") from exc
+        checks.check_targets(out, target, self.loss_fn, self.task, "first validation batch",
+                             strict=self.task == "classification" and checks.is_cross_entropy(self.loss_fn))
+        return out
+
+    def _loss(self, out: Any, target: Any, first: bool) -> torch.Tensor:
+        try:
+            return self.loss_fn(out, target)
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, checks.TorchwiseError) or _is_oom(exc):
+                raise
+            checks.check_targets(out, target, self.loss_fn, self.task, "validation data", strict=False)
+            if first:
+                raise checks.loss_error(exc, out, target, "first validation batch") from exc
+            raise
 
     def gathered_outputs(self, batches: Iterable[Any], num_batches: int | None = None
                          ) -> tuple[list[torch.Tensor], list[Any], float, int]:
@@ -84,8 +109,18 @@ class Evaluator:
             results[f"{prefix}_mae"] = float((output.reshape(target.shape) - target.float()).abs().mean()) \
                 if output.numel() == target.numel() else math.nan
         for name, fn in self.metrics.items():
-            results[f"{prefix}_{name}"] = float(fn(output, target))
+            try:
+                value = fn(output, target)
+            except Exception as exc:  # noqa: BLE001 - the metric is named, with its exception
+                raise checks.metric_error(exc, name, output, target) from exc
+            results[f"{prefix}_{name}"] = checks.check_number(value, name)
         return results
+
+
+def _is_oom(exc: BaseException) -> bool:
+    from torchwise.toolbox.oom import is_oom
+
+    return is_oom(exc)
 
 
 def classification_metrics(output: torch.Tensor, target: torch.Tensor) -> dict[str, float]:

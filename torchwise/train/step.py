@@ -37,6 +37,8 @@ class StepRunner:
         self.scaler = precision.make_scaler(device)
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self._loss_checked = False
+        # fn(output, target) on the first batch, before its loss: the Trainer's check of the labels
+        self.check_first_batch: Callable[[Any, Any], None] | None = None
         self.sync_free = False  # fast "sync_free": run_on_device() instead of the step below
         self.graphed: Any = None  # fast "cuda_graph": a train.graphed_step.GraphedStep
         # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
@@ -57,7 +59,7 @@ class StepRunner:
             last = i == len(micro_batches) - 1
             with self._no_sync(last):
                 with self.precision.autocast(self.device), self.watcher.loss_scope():
-                    loss = self.loss_fn(model(*inputs), target)
+                    loss = self._loss(model, inputs, target)
                 self._check_loss(loss)
                 value = loss.item()
                 if not self._all_finite(value):
@@ -110,7 +112,7 @@ class StepRunner:
         for i, (inputs, target, n) in enumerate(micro_batches):
             with self._no_sync(i == len(micro_batches) - 1):
                 with self.precision.autocast(self.device, cache_casts), self.watcher.loss_scope():
-                    loss = self.loss_fn(model(*inputs), target)
+                    loss = self._loss(model, inputs, target)
                 self._check_loss(loss)
                 self.watcher.observe_backward(loss)
                 (loss * (n / total) if n != total else loss).backward()
@@ -155,6 +157,35 @@ class StepRunner:
             return _fsdp_gradient_sync(self.model, last_micro_batch)
         return contextlib.nullcontext()
 
+    def _loss(self, model: nn.Module, inputs: tuple[Any, ...], target: Any) -> torch.Tensor:
+        """loss_fn(model(*inputs), target). Until the first loss passed its checks, a failure of the forward
+        or the loss is told with the batch's shapes; later, a failing loss is explained when the labels
+        are the cause (and re-raised as it is otherwise)."""
+        from torchwise.train import input_checks as checks
+
+        first = not self._loss_checked
+        if first:
+            try:
+                output = model(*inputs)
+            except Exception as exc:  # noqa: BLE001 - re-raised, explained, unless torch must see it as it is
+                if _passes_through(exc):
+                    raise
+                raise checks.forward_error(exc, inputs, model, "first training batch") from exc
+            if self.check_first_batch is not None:
+                self.check_first_batch(output, target)
+        else:
+            output = model(*inputs)
+        try:
+            return self.loss_fn(output, target)
+        except Exception as exc:  # noqa: BLE001
+            if _passes_through(exc):
+                raise
+            task = "classification" if isinstance(output, torch.Tensor) and output.ndim >= 2 else ""
+            checks.check_targets(output, target, self.loss_fn, task, "training batch", strict=False)
+            if first:
+                raise checks.loss_error(exc, output, target, "first training batch") from exc
+            raise
+
     def _check_loss(self, loss: Any) -> None:
         if self._loss_checked:
             return
@@ -171,6 +202,15 @@ class StepRunner:
                                  fix="Compute the loss from the model's output without .detach(), .item() or "
                                      "torch.no_grad(), and make sure some parameters have requires_grad=True.")
         self._loss_checked = True
+
+
+def _passes_through(exc: BaseException) -> bool:
+    """Errors the step's callers act on by their type: out of memory (OOMGuard), compile failures (the
+    eager fallback), torchwise's own."""
+    from torchwise.toolbox.oom import is_oom
+    from torchwise.train.fast import is_compile_failure
+
+    return isinstance(exc, TorchwiseError) or is_oom(exc) or is_compile_failure(exc)
 
 
 _NULL_SCOPE = contextlib.nullcontext()

@@ -21,14 +21,16 @@ from torch import nn
 from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
 from torchwise.train import checkpoint as ckpt
 from torchwise.train import distributed, shape_watch
-from torchwise.train.batches import batch_size_of, move_to, split_batch
+from torchwise.train.batches import batch_size_of, move_to
 from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_across
 from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
 from torchwise.train.events import Events, Handle
 from torchwise.train.fast import (FastPlan, apply_to_model, compile_model, device_step_blocker, is_compile_failure,
                                   plan_fast, to_channels_last)
-from torchwise.train.precision import choose_device, choose_precision
+from torchwise.train import input_checks as checks_
+from torchwise.train.interrupt import InterruptGuard
+from torchwise.train.precision import PRECISIONS, choose_device, choose_precision
 from torchwise.train.prefetch import Prefetcher, prefetch_allowed
 from torchwise.train.progress import Progress
 from torchwise.train.process_switches import ProcessSwitches
@@ -103,9 +105,9 @@ class Trainer:
         warmup_steps: int = 0,
         eval_every: int | None = None,
         early_stopping: EarlyStopping | None = None,
-        monitor: str = "val_loss",
-        mode: str = "min",
-        metrics: Mapping[str, MetricFn] | None = None,
+        monitor: str | None = None,    # None: the EarlyStopping's, else "val_loss"
+        mode: str | None = None,       # None: the EarlyStopping's, else from the metric's name (loss: min, acc: max)
+        metrics: Mapping[str, MetricFn] | Iterable[MetricFn] | None = None,
         num_workers: int | str = "auto",
         max_consecutive_skips: int = 10,
         log_every: int = 10,
@@ -124,17 +126,44 @@ class Trainer:
     ):
         _require(isinstance(model, nn.Module), "model must be a torch.nn.Module.", {"model": type(model).__name__},
                  "Pass the network itself, e.g. Trainer(model=MyNet(), ...).")
-        _require(train_data is not None, "train_data is required.", {"train_data": None},
-                 "Pass a Dataset or a DataLoader: Trainer(model, train_data=dataset, ...).")
-        _require(task in TASKS, "Unknown task.", {"task": task, "allowed": ", ".join(TASKS)}, "Pick one of the allowed.")
+        checks_.check_model(model)
+        train_data = checks_.as_data(train_data, "train_data")
+        val_data = checks_.as_data(val_data, "val_data", required=False)
+        _require(task in TASKS, "Unknown task.", {"task": task, "allowed": ", ".join(TASKS),
+                                                  "did you mean": checks_.did_you_mean(str(task).lower(), TASKS)},
+                 "Pick one of the allowed.")
+        checks_.check_optimizer_arg(optimizer, model)
         for name, value, low in (("max_epochs", max_epochs, 1), ("batch_size", batch_size, 1),
                                  ("accumulate", accumulate, 1), ("keep_last", keep_last, 1),
-                                 ("max_consecutive_skips", max_consecutive_skips, 1), ("log_every", log_every, 1)):
-            _require(isinstance(value, int) and value >= low, f"{name} must be an integer >= {low}.",
+                                 ("max_consecutive_skips", max_consecutive_skips, 1), ("log_every", log_every, 1),
+                                 ("warmup_steps", warmup_steps, 0), ("seed", seed, 0)):
+            _require(checks_.is_int(value) and value >= low, f"{name} must be an integer >= {low}.",
                      {name: value}, f"Pass e.g. {name}={max(low, 1)}.")
         for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
-            _require(value is None or (isinstance(value, int) and value >= 1), f"{name} must be None or an integer >= 1.",
+            _require(value is None or (checks_.is_int(value) and value >= 1), f"{name} must be None or an integer >= 1.",
                      {name: value}, f"Pass {name}=None or a positive number of optimizer steps.")
+        _require(precision in PRECISIONS, "Unknown precision.",
+                 {"precision": precision, "allowed": ", ".join(PRECISIONS),
+                  "did you mean": checks_.did_you_mean(str(precision), PRECISIONS)},
+                 "Use one of the allowed values ('auto' picks the best for the device).")
+        _require(isinstance(device, (str, torch.device)), "device must be a string or a torch.device.",
+                 {"device": repr(device)}, "Pass device='auto', 'cpu', 'cuda' or 'cuda:1'.")
+        _require(out_dir is None or isinstance(out_dir, (str, Path)), "out_dir must be a folder path.",
+                 {"out_dir": repr(out_dir)[:100]}, "Pass out_dir='runs/my-run' (or None to write nothing).")
+        _require(isinstance(resume, (bool, str, Path)), "resume must be True, False or a checkpoint path.",
+                 {"resume": repr(resume)[:100]}, "Pass resume=True to continue the run in out_dir.")
+        _require(progress in ("auto", True, False), "progress must be 'auto', True or False.", {"progress": progress},
+                 "'auto' shows a bar on a terminal and one line per epoch elsewhere.")
+        _require(num_workers in ("auto", "tune") or (checks_.is_int(num_workers) and num_workers >= 0),
+                 "num_workers must be 'auto', 'tune' or an integer >= 0.", {"num_workers": num_workers},
+                 "Pass num_workers='auto' (0 on the CPU) or e.g. num_workers=4.")
+        _require(early_stopping is None or isinstance(early_stopping, EarlyStopping),
+                 "early_stopping must be a torchwise.EarlyStopping or None.",
+                 {"early_stopping": repr(early_stopping)[:100]},
+                 "Pass early_stopping=torchwise.EarlyStopping(patience=5).")
+        for name, value in (("config", config), ("metadata", metadata), ("compile_options", compile_options)):
+            _require(value is None or isinstance(value, Mapping), f"{name} must be a dict or None.",
+                     {name: type(value).__name__}, f"Pass {name}={{...}} or leave it out.")
         _require(eval_batch_size is None or (type(eval_batch_size) is int and eval_batch_size >= 1),
                  "eval_batch_size must be None or an integer >= 1.", {"eval_batch_size": eval_batch_size},
                  "Pass e.g. eval_batch_size=256 (validation keeps no gradients, so it fits larger batches), "
@@ -145,8 +174,6 @@ class Trainer:
         _require(deterministic in (None, True, False), "deterministic must be None, True or False.",
                  {"deterministic": deterministic},
                  "True: reproducible kernels; False: fast ones; None (default): as this process already has it.")
-        _require(mode in ("min", "max"), "mode must be 'min' or 'max'.", {"mode": mode},
-                 "'min' for losses, 'max' for accuracies.")
         _require(loss is None or callable(loss), "loss must be callable(output, target) -> tensor.",
                  {"loss": type(loss).__name__}, "Pass e.g. nn.CrossEntropyLoss() or F.mse_loss.")
         self.model = model
@@ -165,12 +192,20 @@ class Trainer:
         self.scheduler_spec, self.scheduler_interval, self.warmup_steps = scheduler, scheduler_interval, warmup_steps
         self.eval_every = eval_every
         self.early_stopping = early_stopping
-        self.monitor = early_stopping.monitor if early_stopping else monitor
-        self.mode = early_stopping.mode if early_stopping else mode
-        if self.monitor.startswith("val_"):
-            _require(val_data is not None or early_stopping is None, "Early stopping needs validation data.",
-                     {"monitor": self.monitor, "val_data": None}, "Pass val_data=..., or drop early_stopping.")
-        self.metrics = dict(metrics or {})
+        self.metrics = checks_.check_metrics(metrics)
+        if early_stopping is not None:
+            _require(val_data is not None or (early_stopping.monitor or monitor or "val_loss") == "train_loss",
+                     "Early stopping needs validation data.",
+                     {"monitor": early_stopping.monitor or monitor or "val_loss", "val_data": None},
+                     "Pass val_data=..., or drop early_stopping.")
+        # One monitored metric for the best weights, early stopping and the plateau schedule
+        self.monitor, self.mode = checks_.resolve_monitor(monitor, mode, early_stopping, task, self.metrics,
+                                                          has_val=val_data is not None)
+        if early_stopping is not None:
+            early_stopping.monitor, early_stopping.mode = self.monitor, self.mode
+        self._interrupt = InterruptGuard(enabled=False)
+        self.interrupt_hint: str | None = None  # printed on Ctrl-C instead of the Python resume hint (the CLI's)
+        self.interrupted_checkpoint: Path | None = None  # the checkpoint written when fit() was interrupted
         self.num_workers = num_workers
         self.max_consecutive_skips, self.log_every, self.tensorboard = max_consecutive_skips, log_every, tensorboard
         self.dist_timeout_s = dist_timeout_s
@@ -230,8 +265,14 @@ class Trainer:
     def fit(self) -> FitResult:
         """Train; the process-wide torch switches the run turns are put back when it returns or raises."""
         switches = ProcessSwitches.capture()
+        self._interrupt = InterruptGuard(enabled=not distributed.env_from_torchrun().enabled)
         try:
-            return self._fit()
+            with self._interrupt:
+                return self._fit()
+        except KeyboardInterrupt:
+            if not self._interrupt.handled:  # stopped at once: no checkpoint of this moment
+                self._say_interrupted(None)
+            raise
         finally:
             switches.restore()
 
@@ -249,11 +290,14 @@ class Trainer:
             self.profiler = StepProfiler(self.profile_steps, self.device, self.out_dir)
         start_time = time.perf_counter()
         stopped_early = False
+        self._interrupt.deferring = self._interrupt.active
         try:
             while not self._finished():
+                self._safe_point()
                 self.events.emit("epoch_start", trainer=self, epoch=pos.epoch)
                 batches = self._epoch_batches(pos.epoch, pos.batch_in_epoch)
                 while not self._finished(within_epoch=True):
+                    self._safe_point()  # between optimizer steps: where a checkpoint is whole
                     micro = self._next_micro_batches(batches)
                     if not micro:
                         break
@@ -268,8 +312,11 @@ class Trainer:
                     stopped_early |= self._end_epoch(log, progress, start_time)
                 if stopped_early or self._stop_requested:
                     break
+            self._safe_point()
             if self.val_data is not None and (not pos.history or pos.history[-1]["step"] != pos.step):
                 self._evaluate_and_log(log, progress, start_time)  # the final weights are always evaluated
+            self._safe_point()
+            self._interrupt.deferring = False
         except BaseException:
             if self.watcher is not None:  # its patches (DataLoader.__iter__) must not outlive the run
                 self.watcher.detach()
@@ -293,14 +340,16 @@ class Trainer:
     def evaluate(self, data: Any = None) -> dict[str, float]:
         """Metrics on `data` (default: val_data), in eval mode under inference_mode."""
         self._setup_basics()
+        data = self.val_data if data is None else checks_.as_data(data, "data")
         loader = self._eval_loader(data)
-        return self.evaluator.evaluate(loader.epoch_iter(0), num_batches=loader.batches_per_epoch())
+        return self.evaluator.evaluate(self._guarded(loader, data, "data"), num_batches=loader.batches_per_epoch())
 
     def predict(self, data: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Model outputs and targets for `data`, concatenated on the CPU, in data order."""
         self._setup_basics()
+        data = self.val_data if data is None else checks_.as_data(data, "data")
         loader = self._eval_loader(data)
-        outs, targets, _, _ = self.evaluator.outputs(loader.epoch_iter(0), loader.batches_per_epoch())
+        outs, targets, _, _ = self.evaluator.outputs(self._guarded(loader, data, "data"), loader.batches_per_epoch())
         output = torch.cat(outs) if outs else torch.empty(0)
         target = torch.cat(targets) if targets and all(isinstance(t, torch.Tensor) for t in targets) else None
         if self.dist.enabled:  # rank r holds samples r, r + world, ...: interleave them back into data order
@@ -312,7 +361,9 @@ class Trainer:
     # ------------------------------------------------------------------ the loop's pieces
     def _epoch_batches(self, epoch: int, start_batch: int) -> Iterator[tuple[tuple[Any, ...], Any, int]]:
         """The epoch's batches from start_batch on, on the device, as (inputs, target, size)."""
-        raw = zip(itertools.count(start_batch), self.train_loader.epoch_iter(epoch, start_batch))
+        guard = checks_.DataGuard(self.train_loader, self.train_data, "train_data")
+        raw = zip(itertools.count(start_batch), guard.wrap(self.train_loader.epoch_iter(epoch, start_batch), epoch,
+                                                           start_batch))
 
         def prepare(item: tuple[int, Any]) -> tuple[tuple[Any, ...], Any, int]:
             return self._prepare_batch(item[1], epoch, item[0])
@@ -322,7 +373,7 @@ class Trainer:
         return map(prepare, raw)
 
     def _prepare_batch(self, batch: Any, epoch: int, index: int) -> tuple[tuple[Any, ...], Any, int]:
-        inputs, target = split_batch(move_to(batch, self.device, self.device.type == "cuda"))
+        inputs, target = checks_.model_inputs(move_to(batch, self.device, self.device.type == "cuda"))
         if self.batch_augment is not None:
             # Seeded from (seed, rank, epoch, batch): a resumed run draws the same crops and flips.
             self._augment_gen.manual_seed(derive_seed(self.seed, self.dist.rank, epoch, index, 0xA6))
@@ -335,11 +386,17 @@ class Trainer:
     def _next_micro_batches(self, batches: Iterator[Any]) -> list[tuple[tuple[Any, ...], Any, int]]:
         micro = []
         start = time.perf_counter()
+        at = self.pos.batch_in_epoch
         for _ in range(self.accumulate):
             try:
                 micro.append(next(batches))
             except StopIteration:
                 break
+            except Exception:
+                if self._interrupt.pending:  # e.g. the loader's workers got the Ctrl-C too and died
+                    self.pos.batch_in_epoch = at  # nothing of this step has happened: the last safe point
+                    self._stop_for_interrupt()
+                raise
             self.pos.batch_in_epoch += 1
         self._timing["data_s"] += time.perf_counter() - start
         return micro
@@ -394,6 +451,59 @@ class Trainer:
         self.events.emit("step_end", trainer=self, step=pos.step, loss=result.loss, lr=lr,
                          grad_norm=result.grad_norm, skipped=result.skipped)
 
+    @staticmethod
+    def _guarded(loader: Any, data: Any, role: str) -> Iterator[Any]:
+        return checks_.DataGuard(loader, data, role).wrap(loader.epoch_iter(0), 0, 0)
+
+    def _save_before_error(self, progress: Progress) -> None:
+        """A mistake found at an evaluation: the steps trained so far are kept (at an epoch's end this
+        checkpoint resumes exactly: the resumed run evaluates again first)."""
+        if self.out_dir is None or not self._setup_done or getattr(self, "train_loader", None) is None:
+            return
+        path = self.out_dir / "checkpoints" / ckpt.checkpoint_name(self.pos.step)
+        if not ckpt.is_complete(path):
+            self.files.save_checkpoint()
+            progress.message(f"torchwise: the steps trained so far are kept in {path}; fix the error and resume "
+                             "with resume=True.")
+
+    def _safe_point(self) -> None:
+        """Between optimizer steps, after the step's evaluation and checkpoint: the state a checkpoint
+        taken now holds is exactly the state a resumed run continues from."""
+        if self._interrupt.pending:
+            self._stop_for_interrupt()
+
+    def _stop_for_interrupt(self) -> None:
+        path = None
+        if self.out_dir is not None:
+            path = self.out_dir / "checkpoints" / ckpt.checkpoint_name(self.pos.step)
+            if not ckpt.is_complete(path):  # not saved at this step already (checkpoint_every, epoch end)
+                print(f"torchwise: saving a checkpoint at step {self.pos.step} ...", file=sys.stderr, flush=True)
+                self.files.save_checkpoint()
+        self.interrupted_checkpoint = path
+        self._say_interrupted(path)
+        self._interrupt.deferring = False
+        raise KeyboardInterrupt
+
+    def _say_interrupted(self, path: Path | None) -> None:
+        self._interrupt.handled = True
+        if not self.dist.is_main:
+            return
+        step = self.pos.step
+        if path is not None:
+            hint = self.interrupt_hint or (f"Trainer(..., out_dir={str(self.out_dir)!r}, resume=True).fit() with the "
+                                           "same arguments continues exactly where it stopped")
+            print(f"torchwise: interrupted at step {step}; checkpoint saved: {path}\n"
+                  f"torchwise: to resume: {hint}", file=sys.stderr, flush=True)
+        elif self.out_dir is None:
+            print(f"torchwise: interrupted at step {step}; nothing was saved (no out_dir). Pass out_dir=... to make "
+                  "an interrupted run resumable.", file=sys.stderr, flush=True)
+        else:
+            latest = ckpt.list_checkpoints(self.out_dir / "checkpoints")
+            where = f"the latest complete checkpoint is {latest[-1]}" if latest else "no checkpoint was written yet"
+            hint = self.interrupt_hint or f"Trainer(..., out_dir={str(self.out_dir)!r}, resume=True).fit()"
+            print(f"torchwise: interrupted at step {step} before a checkpoint of it could be written; {where}"
+                  + (f"\ntorchwise: to resume from it: {hint}" if latest else ""), file=sys.stderr, flush=True)
+
     def _watch_shapes(self, micro: list, progress: Progress) -> None:
         for inputs, _, _ in micro:
             why = self._shape_watch.see(inputs)
@@ -422,8 +532,12 @@ class Trainer:
         row: dict[str, Any] = {"epoch": pos.epoch, "step": pos.step,
                                "train_loss": loss_sum / loss_count if loss_count else math.nan}
         if self.val_loader is not None:
-            row.update(self.evaluator.evaluate(self.val_loader.epoch_iter(0),
-                                               num_batches=self.val_loader.batches_per_epoch()))
+            try:
+                row.update(self.evaluator.evaluate(self._guarded(self.val_loader, self.val_data, "val_data"),
+                                                   num_batches=self.val_loader.batches_per_epoch()))
+            except TorchwiseError:
+                self._save_before_error(progress)
+                raise
         timing, busy = self._timing, self._timing["data_s"] + self._timing["compute_s"]
         row.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=pos.last_grad_norm,
                    skipped_steps=pos.skipped, elapsed_s=time.perf_counter() - start_time,
@@ -436,6 +550,14 @@ class Trainer:
         log.row(row)
         progress.epoch_line({k: v for k, v in row.items() if k not in ("grad_norm", "skipped_steps", "samples_per_s")})
         self.events.emit("evaluation_end", trainer=self, step=pos.step, metrics=row)
+        if self.monitor not in row and (self.val_loader is not None or not self.monitor.startswith("val_")):
+            self._save_before_error(progress)
+            raise ConfigError("The monitored metric is not among the metrics of this run.",
+                              values={"monitor": self.monitor,
+                                      "did you mean": checks_.did_you_mean(self.monitor, row),
+                                      "metrics that exist": ", ".join(k for k in row if k.startswith(("val_", "train_")))},
+                              fix="Monitor one of the metrics that exist (val_top5 needs more than 5 classes; "
+                                  "val_acc needs class logits).")
         value = float(row.get(self.monitor, math.nan))
         if self.schedule is not None:
             self.schedule.after_evaluation(value)
@@ -469,6 +591,10 @@ class Trainer:
             return
         self.device = choose_device(self.device_arg)
         self.precision = choose_precision(self.precision_arg, self.device)
+        if self.precision.name == "fp16" and self.device.type == "cpu" and self.progress_mode is not False:
+            print("torchwise: precision fp16 on the CPU: autocast to float16 with loss scaling, as asked; CPUs "
+                  "rarely compute float16 faster than float32 (bf16 is the CPU's fast half precision), so use "
+                  "precision='fp32' or 'bf16' unless you are testing fp16 behaviour.", file=sys.stderr)
         self.model.to(self.device)
         if isinstance(self.loss_fn, nn.Module):  # its buffers (a CrossEntropyLoss weight) must sit with the outputs
             self.loss_fn.to(self.device)
@@ -508,6 +634,11 @@ class Trainer:
         self.val_loader = None if self.val_data is None else build_loader(
             self.val_data, role="val_data", train=False, device=self.device,
             batch_size=self.eval_batch_size or self.batch_size, seed=self.seed, num_workers=self.num_workers, **shard)
+        _require(self.val_loader is None or self.val_loader.batches_per_epoch() > 0 or self.dist.enabled,
+                 "val_data yields no batches.", {"val_data": type(self.val_data).__name__,
+                                                 "batches": 0 if self.val_loader is None else
+                                                 self.val_loader.batches_per_epoch()},
+                 "Give val_data samples, or drop_last=False in its DataLoader, or pass val_data=None.")
         steps_per_epoch = -(-self.train_loader.batches_per_epoch() // self.accumulate)
         _require(steps_per_epoch > 0, "train_data yields no batches.",
                  {"batches per epoch": self.train_loader.batches_per_epoch(), "batch_size": self.batch_size},
@@ -525,6 +656,7 @@ class Trainer:
         # OOMGuard turns an out-of-memory error into the remedies, or (on_oom="adapt") into smaller micro-batches
         self._step_core = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
                                      self.clip_grad_norm, self.dist, self.watcher)
+        self._step_core.check_first_batch = self._check_first_batch
         self._plan_device_steps()
         self.step_runner = OOMGuard(self._step_core, mode=self.on_oom, accumulate=self.accumulate)
         if "prefetch" in self.fast_plan.on:
@@ -545,6 +677,21 @@ class Trainer:
         if found is not None:
             self.files.load_checkpoint(found)
         return found
+
+    def _check_first_batch(self, output: Any, target: Any) -> None:
+        """The first training batch's targets against the model's outputs, and, for data held in memory as
+        tensors, every label of the data set (a label out of range on the GPU is a device-side assert)."""
+        strict = self.task == "classification" and checks_.is_cross_entropy(self.loss_fn)
+        checks_.check_targets(output, target, self.loss_fn, self.task, "first training batch", strict=strict)
+        if not strict or not isinstance(output, torch.Tensor) or output.ndim < 2:
+            return
+        for role, data in (("train_data", self.train_data), ("val_data", self.val_data)):
+            tensors = getattr(data.dataset if hasattr(data, "batch_sampler") else data, "tensors", None)
+            if type(getattr(data, "dataset", data)) is torch.utils.data.TensorDataset and tensors:
+                labels = tensors[-1]
+                if not labels.is_floating_point() and labels.ndim == 1:
+                    checks_.check_label_range(labels, int(output.shape[1]), getattr(self.loss_fn, "ignore_index", -100),
+                                              role)
 
     def _optimizer_as_given(self) -> None:
         if "fused_optimizer" in self.fast_plan.on:
@@ -640,12 +787,7 @@ class Trainer:
                               values={"optimizer": type(arg).__name__},
                               fix="Pass torch.optim.AdamW(model.parameters(), lr=1e-3) or "
                                   "lambda params: torch.optim.AdamW(params, lr=1e-3).")
-        model_params = {id(p) for p in self.model.parameters() if p.requires_grad}
-        opt_params = {id(p) for g in opt.param_groups for p in g["params"]}
-        _require(bool(model_params & opt_params), "The optimizer holds none of this model's trainable parameters.",
-                 {"trainable parameters in model": len(model_params), "parameters in optimizer": len(opt_params)},
-                 "Create the optimizer from this model's parameters (model.parameters()) after building the "
-                 "model, or pass a factory: optimizer=lambda params: torch.optim.AdamW(params).")
+        checks_.check_optimizer_holds(opt, self.model)
         return opt
 
     def _eval_loader(self, data: Any):
@@ -688,6 +830,11 @@ def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     # mse_loss broadcasts to [N, N] and trains on nonsense (a classic silent bug).
     if output.shape != target.shape and output.numel() == target.numel():
         output = output.reshape(target.shape)
+    if output.shape != target.shape:  # mse_loss would broadcast the two and train on nonsense
+        raise TorchwiseError("The regression targets do not have the shape of the model's outputs.",
+                             values={"outputs": checks_.describe(output), "targets": checks_.describe(target)},
+                             fix="Give the model one output per target value (e.g. nn.Linear(..., 1) for one target "
+                                 "per sample), or reshape the targets to the outputs' shape.")
     return nn.functional.mse_loss(output, target.to(output.dtype))
 
 

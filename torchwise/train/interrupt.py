@@ -1,0 +1,58 @@
+"""Ctrl-C during fit(): stop at the next point where the run can be saved whole, save it, say how to
+resume, and raise KeyboardInterrupt as Python would.
+
+A KeyboardInterrupt raised wherever the signal lands may tear the state: half an optimizer step
+applied, the schedule not yet stepped, an evaluation's row written but not its best weights. So,
+while the loop runs, the first SIGINT only marks the run as interrupted; the loop looks at the mark
+between optimizer steps (where a regular checkpoint is taken, too), writes a checkpoint there and
+raises. A second SIGINT raises at once, wherever it lands: checkpoints are written into a temporary
+directory and renamed into place, so one cut short is never taken for a complete one.
+
+The handler is only installed from the main thread, only over Python's default SIGINT handler (a
+program's own handler is left alone) and not under torchrun (the ranks could stop at different
+steps, and a checkpoint needs all of them).
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any
+
+
+class InterruptGuard:
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.pending = False      # a first Ctrl-C arrived; stop at the next safe point
+        self.deferring = False    # the loop is running: a first Ctrl-C waits for a safe point
+        self.handled = False      # the resume hint has been printed
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> "InterruptGuard":
+        if (self.enabled and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.deferring = False
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    @property
+    def active(self) -> bool:
+        return self._installed
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if not self.deferring:
+            raise KeyboardInterrupt
+        if self.pending:
+            print("torchwise: second interrupt: stopping at once.", file=sys.stderr, flush=True)
+            self.deferring = False
+            raise KeyboardInterrupt
+        self.pending = True
+        print("torchwise: interrupt received: stopping after this optimizer step to save a checkpoint "
+              "(press Ctrl-C again to stop at once).", file=sys.stderr, flush=True)
