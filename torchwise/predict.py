@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from torchwise.errors import TorchwiseError
 from torchwise.export.metadata import PREPROCESS_KEY, read_metadata
 
+IMAGE_SIGNATURES = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"BM", b"RIFF", b"II*\x00", b"MM\x00*")
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
 
@@ -80,6 +81,11 @@ def _image_error(path: str, exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     reason = f"{type(exc).__name__}: {text[0] if text else ''}".strip(": ")[:200]
     if "cannot identify image file" in reason:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+        # An image's signature followed by too little to decode: cut off, not another kind of file.
+        if head.startswith(IMAGE_SIGNATURES):
+            return f"truncated or damaged image ({size} bytes): {reason}"
         return f"not an image file ({size} bytes): {reason}"
     if "truncated" in reason or "broken data stream" in reason or isinstance(exc, SyntaxError):
         return f"truncated or damaged image ({size} bytes): {reason}"

@@ -266,7 +266,7 @@ def _unpickle_refusal(path: Path, exc: Exception) -> CheckpointError:
     name = found.group(1) if found else None
     is_model = bool(name) and (name.startswith("torch.nn.") or _names_a_module_class(name))
     holds = (f"a whole pickled model object ({name})" if is_model else
-             f"a pickled Python object of class {name}" if name else "pickled Python objects")
+             f"pickled Python objects (it names {name})" if name else "pickled Python objects")
     return CheckpointError(
         f"This file cannot be loaded as plain weights: it holds {holds}, not only tensors.",
         values={"path": str(path), "why refused": "unpickling it would run code named in the file; torchwise "
@@ -319,7 +319,8 @@ def load_state_dict(path: str | Path, map_location: str | torch.device = "cpu") 
             raise _refuse("The safetensors file is damaged and cannot be read.", path, _DAMAGED,
                           reason=str(exc).splitlines()[0][:200], size=f"{path.stat().st_size} bytes") from None
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
+        with path.open("rb") as handle:  # a handle: torch.load must not choose a reader by the file's name
+            obj = torch.load(handle, map_location=map_location, weights_only=True)
     except Exception as exc:
         if isinstance(exc, pickle.UnpicklingError) and "Weights only load failed" in str(exc):
             raise _unpickle_refusal(path, exc) from None
