@@ -449,7 +449,8 @@ DETECTED_BY: dict[str, str] = {
     "sampler-epoch-not-set": "DistributedSampler.epoch unchanged between iterations of its loader",
     "dataloader-bottleneck": "time waiting in the loader's __next__ vs the whole step",
     "pin-memory-misuse": "pin_memory=True on a loader while every model parameter is on the CPU",
-    "bn-small-batch": "batch size seen by BatchNorm layers in training",
+    "bn-small-batch": "per BatchNorm layer in training: the batch size and the values per channel (batch x "
+                      "positions); fewer than 8 samples and fewer than 64 values per channel",
     "label-imbalance": "class counts of the loss targets with no class weights: a warning when the model predicted the "
                        "rare class for none of its samples in the last 10 checked batches, else an info hint; not for "
                        "next-token (language-model) targets",

@@ -544,6 +544,7 @@ class Watcher:
         self.unregistered: dict[int, dict] = {}
         self.relu: dict[Any, dict] = {}
         self.bn_batches: list[int] = []
+        self.bn_counts: dict[int, dict] = {}  # id(BatchNorm) -> its name and (batch, values per channel) per forward
         self.bn_where: str | None = None
         self.nonfinite_culprit: dict | None = None
         self.nonfinite_input: dict | None = None
@@ -919,8 +920,17 @@ class Watcher:
                                                      "n_params": sum(p.numel() for p in module.parameters())}
         if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training and torch.is_grad_enabled():
             x = args[0] if args else None
-            if isinstance(x, torch.Tensor) and x.dim() >= 2:
-                self.bn_batches.append(int(x.shape[0]))
+            if isinstance(x, torch.Tensor) and x.dim() >= 2 and x.shape[1] > 0:
+                # the values each channel's mean and variance come from: batch x positions (N*H*W for
+                # BatchNorm2d, N*L for BatchNorm1d on (N, C, L), N on (N, C))
+                per_channel = x.numel() // int(x.shape[1])
+                rec = self.bn_counts.get(id(module))
+                if rec is None:
+                    rec = self.bn_counts[id(module)] = {"name": self.module_name(module), "counts": []}
+                if len(rec["counts"]) < 1000:
+                    rec["counts"].append((int(x.shape[0]), per_channel))
+                if len(self.bn_batches) < 10_000:
+                    self.bn_batches.append(int(x.shape[0]))
                 if self.bn_where is None:
                     self.bn_where = where_defined(stack[0]) if stack else None
         stack.append(module)

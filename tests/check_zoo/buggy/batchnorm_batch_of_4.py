@@ -1,5 +1,6 @@
 # expect: bn-small-batch
-"""A conv net with BatchNorm trained with batch_size=4."""
+"""A conv net with a BatchNorm1d on its flat features, trained with batch_size=4: each feature's mean and
+variance come from 4 values."""
 import torch
 import torch.nn as nn
 from sklearn.datasets import load_digits
@@ -11,8 +12,8 @@ x = torch.tensor(d.images[:600], dtype=torch.float32).unsqueeze(1) / 8.0 - 1.0
 t = torch.tensor(d.target[:600])
 loader = DataLoader(TensorDataset(x, t), batch_size=4, shuffle=True)
 model = nn.Sequential(
-    nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Flatten(), nn.Linear(8 * 16, 10),
+    nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Flatten(), nn.Linear(8 * 16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10),
 )
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 for epoch in range(2):

@@ -102,14 +102,7 @@ def decide(w) -> list[Finding]:
     out.extend(_loader_speed(w))
     out.extend(_pin_memory(w))
     out.extend(_cudnn_benchmark(w))
-    bn = w.bn_batches
-    if len(bn) >= 3:
-        med = statistics.median(bn)
-        if med < 8:
-            out.append(Finding("bn-small-batch", where=_train_loader_site(w) or w.bn_where,
-                               message=f"BatchNorm layers were trained on batches of {int(med)} samples (median of "
-                                       f"{len(bn)} training forward passes; smallest {min(bn)}).",
-                               evidence={"median_batch": med, "smallest_batch": min(bn), "forwards": len(bn)}))
+    out.extend(_bn_small_batch(w))
     st = w.input_stats
     if st["n"] >= 2:
         reason = None
@@ -321,3 +314,34 @@ def _cudnn_benchmark(w) -> list[Finding]:
                             f"{len(steps)} appeared at optimizer steps {', '.join(map(str, steps))}. {cost}",
                     evidence={"sample shapes": len(shapes), "examples": examples, "first seen at steps": steps,
                               "training forwards": st["forwards"], "device": st["device"]})]
+
+
+BN_MIN_BATCH = 8      # fewer samples than this in a batch ...
+BN_MIN_VALUES = 64    # ... and fewer values than this per channel: each channel's statistics are noise
+
+
+def _bn_small_batch(w) -> list[Finding]:
+    """BatchNorm layers whose per-channel statistics come from too few values. A channel's mean and variance
+    are taken over batch x positions: a BatchNorm2d at batch 2 over 32x32 maps has 2048 values per channel
+    and is fine; a BatchNorm1d on (N, C) at batch 2 has 2. Judged per layer, on the median of its training
+    forwards (a short last batch does not count): a few samples (< 8) and few values per channel (< 64)."""
+    worst = None
+    for rec in getattr(w, "bn_counts", {}).values():
+        counts = rec["counts"]
+        if len(counts) < 3:
+            continue
+        batch = statistics.median(n for n, _ in counts)
+        values = statistics.median(m for _, m in counts)
+        if batch < BN_MIN_BATCH and values < BN_MIN_VALUES and (worst is None or values < worst[1]):
+            worst = (batch, values, len(counts), rec["name"], min(n for n, _ in counts))
+    if worst is None:
+        return []
+    batch, values, n, name, smallest = worst
+    per = "" if values == batch else f" and {int(values)} values per channel (batch x positions)"
+    return [Finding("bn-small-batch", where=_train_loader_site(w) or w.bn_where,
+                    message=f"{name} was trained on batches of {int(batch)} samples{per} (median of {n} training "
+                            f"forward passes; smallest batch {smallest}): its mean and variance per channel are "
+                            "estimated from too few values.",
+                    evidence={"median_batch": batch, "values_per_channel": values, "smallest_batch": smallest,
+                              "forwards": n, "layer": name})]
+
