@@ -45,13 +45,17 @@ def closest(word: str, choices: list[str], n: int = 3) -> list[str]:
     # --learning-rate for --lr: the initials of a long spelling
     parts = [p for p in word.lstrip("-").split("-") if p]
     initials = [c for c in choices if len(parts) > 1 and c.lstrip("-") == "".join(p[0] for p in parts)]
-    return list(dict.fromkeys(starts[:n] + alike + initials))[:n]
+    # --target-column for --target: a real flag the word extends
+    extends = sorted((c for c in choices if word.startswith(c + "-")), key=len, reverse=True)
+    return list(dict.fromkeys(starts[:n] + alike + initials + extends))[:n]
 
 
 class Parser(argparse.ArgumentParser):
     """argparse with two changes: a flag must be spelled out (an abbreviation that works today would
     silently mean another flag once a longer one is added: it is refused with the flag it stands for),
     and an error names the closest real subcommand or flag."""
+
+    argv: list[str] = []  # the command line being parsed (main), for error messages
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
@@ -68,6 +72,14 @@ class Parser(argparse.ArgumentParser):
             guess = closest(match.group(1), choices)
             if guess:
                 message += f"\n  did you mean: {', '.join(guess)}"
+        elif " required" in message and Parser.argv:
+            # an unknown flag is the likelier mistake: say it first (argparse checks required flags first)
+            own = set(self._option_string_actions)
+            tokens = Parser.argv[:Parser.argv.index("--")] if "--" in Parser.argv else Parser.argv
+            unknown = [t for t in tokens if t.startswith("--") and t.split("=", 1)[0] not in own
+                       and t.split("=", 1)[0] != self.prog.rpartition(" ")[2]]
+            if unknown:
+                message = unknown_arguments(self, unknown) + "\n  (and " + message + ")"
         elif "expected one argument" in message:
             message += "\n  fix: give the value right after the flag, e.g. --epochs 3"
         self.print_usage(sys.stderr)
@@ -124,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, modules = build_parser()
+    Parser.argv = argv
     args, extras = parser.parse_known_args(argv)
     if extras:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

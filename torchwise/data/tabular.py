@@ -258,12 +258,18 @@ class TabularEncoder:
         index = {name: i for i, name in enumerate(header)}
         columns = {c: numbers.decide_column([r[index[c]] for r in all_rows], decimal=decimal, hint=decimal_hint)
                    for c in feature_columns}
-        proven = {col.proven for col in columns.values() if col.numeric and col.proven}
-        if decimal == "auto" and len(proven) == 1:  # other columns of the file show the decimal mark
-            file_mark = proven.pop()
+        proofs = {c: col for c, col in columns.items() if col.numeric and col.proven}
+        if decimal == "auto" and len({col.proven for col in proofs.values()}) == 1:
+            # other columns of the file show the decimal mark: a column that cannot tell follows them
+            witness, proof = next(iter(proofs.items()))
             for c, col in columns.items():
-                if col.guessed and col.decimal != file_mark:
-                    columns[c] = numbers.decide_column([r[index[c]] for r in all_rows], hint=file_mark)
+                if col.guessed:
+                    if col.decimal != proof.proven:
+                        col = numbers.decide_column([r[index[c]] for r in all_rows], hint=proof.proven or ".")
+                    col.guessed = False
+                    col.reason = (f"{', '.join(map(repr, col.ambiguous_examples))} read with {col.decimal!r} as "
+                                  f"the decimal mark, as column {witness!r} shows ({proof.reason})")
+                    columns[c] = col
         for column in feature_columns:
             i = index[column]
             col = columns[column]
@@ -472,6 +478,11 @@ def load_tabular(path: str | Path, target: str | None, *, problem: str = "auto",
     t = check_target(header, target, str(path))
     notes: dict[str, Any] = {"rows_in_file": len(rows), **table.notes}
     kept = [r for r in rows if not is_missing(r[t])]
+    if not kept:
+        raise TorchwiseError("The --target column has no values: every cell of it is empty or missing.",
+                             values={"target": target, "rows": len(rows),
+                                     "cells": _examples([r[t] for r in rows]) or "''"},
+                             fix="pick the column to predict with --target, or fill in its values")
     target_col = numbers.decide_column([r[t] for r in kept], decimal=mark, hint=table.decimal_hint)
     if problem == "auto":
         problem = _problem_of(target_col)
