@@ -62,3 +62,32 @@ def test_data_uri_is_png(tmp_path):
     png = thumbnail_png(Image.new("RGB", (300, 100)))
     image = Image.open(io.BytesIO(base64.b64decode(base64.b64encode(png))))
     assert image.format == "PNG" and image.size == (96, 32)
+
+
+def test_report_shows_the_checkers_findings_from_a_real_run(tmp_path):
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    import torchwise
+
+    torch.manual_seed(0)
+    x = torch.randn(96, 8)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    softmaxed = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3), nn.Softmax(dim=1))
+    torchwise.Trainer(softmaxed, lambda p: torch.optim.SGD(p, lr=0.1), train_data=TensorDataset(x, y),
+                      val_data=TensorDataset(x[:32], y[:32]), max_epochs=2, out_dir=tmp_path, progress=False).fit()
+    assert (tmp_path / "checks.json").is_file()
+    path = write_report(tmp_path, title="checked run", summary={"kind": "tensors", "skipped": []},
+                        evaluation=_classification(), class_names=["cat", "<dog>"])
+    page = parse_report(path)
+    text = " ".join(page.text)
+    assert "Checks: silent training mistakes" in page.headings
+    assert "softmax-before-loss" in text and "fix" not in page.headings
+
+
+def test_report_says_when_the_checks_were_off(tmp_path):
+    path = write_report(tmp_path, title="reg", summary={"kind": "CSV table", "skipped": []},
+                        evaluation={"problem": "regression", "mae": 1.0, "rmse": 1.5, "r2": 0.9, "examples": 1,
+                                    "predicted": [1.0], "actual": [1.0]}, class_names=[])
+    assert "the checks were off" in " ".join(parse_report(path).text)

@@ -22,6 +22,8 @@ th{background:#f5f5f5} td.l,th.l{text-align:left} .muted{color:#777} .bad{color:
 .card b{display:block;font-size:1.4em} .plots img{max-width:100%;margin:.3em}
 .worst{display:flex;flex-wrap:wrap;gap:.8em} .worst figure{margin:0;border:1px solid #eee;padding:.3em;text-align:center;font-size:.8em}
 pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.85em}
+.finding{border-left:4px solid #999;padding:.1em 1em;margin:.8em 0} .finding.error{border-color:#b00}
+.finding.warning{border-color:#d80} .finding.info{border-color:#48c} .finding h3{font-size:1em}
 """
 
 
@@ -117,6 +119,32 @@ def _data(summary: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _checks(run_dir: Path) -> str:
+    """The checker's findings on this run (RUNDIR/checks.json, written by the Trainer), one card each."""
+    import json
+
+    path = run_dir / "checks.json"
+    if not path.is_file():
+        return '<p class="muted">No checks.json in the run directory: the checks were off for this run.</p>'
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f'<p class="muted">checks.json could not be read ({_esc(exc)}).</p>'
+    found = report.get("findings") or []
+    steps = report.get("steps")
+    if not found:
+        return f"<p>No silent mistakes found ({_esc(steps)} optimizer steps watched).</p>"
+    parts = [f"<p>{len(found)} finding(s) in {_esc(steps)} optimizer steps watched.</p>"]
+    for f in found:
+        where = f" <span class=\"muted\">at {_esc(f['where'])}</span>" if f.get("where") else ""
+        fix = f"<pre>{_esc(f['fix'])}</pre>" if f.get("fix") else ""
+        parts.append(f"<div class=\"finding {_esc(f.get('severity', ''))}\"><h3>[{_esc(f.get('severity'))}] "
+                     f"{_esc(f.get('id'))}: {_esc(f.get('title'))}{where}</h3><p>{_esc(f.get('message'))}</p>"
+                     + (f"<p class=\"muted\">why it matters: {_esc(f['why'])}</p>" if f.get("why") else "")
+                     + fix + "</div>")
+    return "".join(parts)
+
+
 def write_report(run_dir: str | Path, *, title: str, summary: dict[str, Any], evaluation: dict[str, Any],
                  class_names: Sequence[str], worst: Sequence[dict[str, Any]] = (),
                  timing: dict[str, Any] | None = None, config: dict[str, Any] | None = None,
@@ -142,6 +170,7 @@ def write_report(run_dir: str | Path, *, title: str, summary: dict[str, Any], ev
     ]
     if evaluation.get("problem") != "regression":
         sections += ["<h2>Worst-classified validation examples</h2>", _worst(worst)]
+    sections += ["<h2>Checks: silent training mistakes</h2>", _checks(run_dir)]
     sections += ["<h2>Data</h2>", _data(summary)]
     if timing:
         sections += ["<h2>Run time and throughput</h2>", _table(["", ""], list(timing.items()))]
