@@ -143,10 +143,18 @@ def _as_inputs(inputs: Any) -> tuple[Any, ...]:
     return tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
 
 
+INPUT_LIKE = ("inputs", "x", "image", "images", "img", "features", "data", "pixel_values", "input_ids", "inp")
+TARGET_LIKE = ("targets", "y", "label", "labels", "class", "classes", "mask", "masks", "target_ids", "tgt")
+
+
 def _key_hint(batch: Mapping) -> str:
     keys = [str(k) for k in batch]
-    hints = [f"'{k}' looks like the {want}" for want in ("input", "target")
-             for k in difflib.get_close_matches(want, keys, n=1, cutoff=0.4) if k != want]
+    hints = []
+    for want, like in (("input", INPUT_LIKE), ("target", TARGET_LIKE)):
+        found = [k for k in keys if k.lower() in like] or \
+            [k for k in difflib.get_close_matches(want, keys, n=1, cutoff=0.6) if k != want]
+        if found and want not in keys:
+            hints.append(f"'{found[0]}' looks like the {want}")
     return (" (" + "; ".join(hints) + ")") if hints else ""
 
 
