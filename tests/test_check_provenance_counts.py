@@ -83,3 +83,40 @@ def test_bn2d_small_batch_over_large_maps_is_fine_and_bn1d_head_is_not():
     buggy = run(ZOO / "buggy" / "bn1d_head_batch_of_2.py")
     f = next(f for f in buggy.findings if f.id == "bn-small-batch")
     assert "feature_norm" in f.message and f.evidence["values_per_channel"] == 2
+
+
+# --------------------------------------------------------------------------- double-sigmoid
+
+def test_origin_reads_the_graph_through_views_and_casts():
+    import torch
+    from torch import nn
+
+    from torchwise.diagnose.checks.losses import origin
+    x = torch.randn(8, 3, requires_grad=True)
+    assert origin(torch.sigmoid(x)) == "sigmoid"
+    assert origin(nn.Sigmoid()(x)[:, 0].reshape(-1, 1).squeeze(1).double()) == "sigmoid"
+    assert origin(x.sigmoid()[torch.tensor([0, 2])].t()) == "sigmoid"
+    assert origin(torch.sigmoid(torch.sigmoid(x).view(-1))) == "sigmoid-sigmoid"
+    assert origin(torch.sigmoid(x) * 2) is None             # a sigmoid, then values changed
+    assert origin(0.5 + 0.4 * torch.tanh(x)) is None         # values in (0, 1), not from a sigmoid
+    assert origin(torch.sigmoid(x).detach()) is None         # no graph: nothing to read
+
+
+def test_values_in_0_1_without_a_sigmoid_are_logits(tmp_path):
+    src = ZOO / "buggy" / "sigmoid_then_bcewithlogits.py"
+    path = variant(tmp_path, src, ("return torch.sigmoid(self.out(F.relu(self.hidden(x))))",
+                                   "return 0.5 + 0.45 * torch.tanh(self.out(F.relu(self.hidden(x))))"))
+    assert "double-sigmoid" not in ids(run(path))
+    assert "double-sigmoid" in ids(run(src))
+
+
+def test_sigmoid_module_into_logits_loss_is_caught(tmp_path):
+    src = ZOO / "correct" / "bounded_logits_into_bcewithlogits.py"
+    path = variant(tmp_path, src, ("self.score = nn.Linear(24, 1)",
+                                   "self.score = nn.Sequential(nn.Linear(24, 1), nn.Sigmoid())"),
+                   ("return 0.5 + 0.45 * torch.tanh(self.score(self.body(x))).squeeze(1)",
+                    "return self.score(self.body(x)).squeeze(1)"))
+    result = run(path)
+    f = next(f for f in result.findings if f.id == "double-sigmoid")
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "criterion(model(" in text)
+    assert f.evidence["form"] == "sigmoid-into-logits-loss" and f.where.endswith(f":{line}"), f.where

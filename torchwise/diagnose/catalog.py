@@ -416,7 +416,8 @@ DETECTED_BY: dict[str, str] = {
                            "another dim), or is exactly 1 (0) everywhere: a softmax (log_softmax) over a dim of size 1",
     "log-softmax-into-cross-entropy": "every value of the cross_entropy input is <= 0 and its logsumexp over the class "
                                       "dim is 0 (a log_softmax output), in 80% of 2+ checked calls",
-    "double-sigmoid": "every input of binary_cross_entropy_with_logits lies in (0, 1)",
+    "double-sigmoid": "the autograd node that made the input of binary_cross_entropy_with_logits (seen through "
+                      "views, indexing and casts) is a sigmoid; for binary_cross_entropy, a sigmoid of a sigmoid",
     "labels-not-zero-based": "the class-index targets of cross_entropy never contain 0; the others are contiguous",
     "output-classes-mismatch": "labels 0..k-1 seen with C > k outputs, and the chance that the C-k others are classes "
                                "(each at least a tenth as common as the rarest seen) none of which appeared among the "

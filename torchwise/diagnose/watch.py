@@ -1173,8 +1173,9 @@ class Watcher:
         if self._phase == "eval" or not torch.is_grad_enabled():
             return
         from torchwise.diagnose.checks import losses
+        made_by = losses.origin(inp) if kind in ("bcelogits", "bce") else None
         with torch.no_grad():
-            losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where)
+            losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where, made_by)
 
     def _hit(self, id: str, *, info: dict | None = None, where: str | None = None, where_skip: int = 0) -> None:
         self.hits[id] = self.hits.get(id, 0) + 1

@@ -39,12 +39,48 @@ def _count(w, key: str, hit: bool, where: str | None, info: dict | None = None) 
             w.hit_info.setdefault(key, {}).update(info)
 
 
-def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict, where: str | None) -> None:
+# autograd nodes that only move, pick or cast values: a sigmoid's output seen through them is still one
+_PASS_THROUGH = frozenset({
+    "ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "SqueezeBackward0", "SqueezeBackward1",
+    "SqueezeBackward2", "UnsqueezeBackward0", "TBackward0", "TransposeBackward0", "PermuteBackward0",
+    "ExpandBackward0", "SelectBackward0", "SliceBackward0", "IndexBackward0", "CloneBackward0",
+    "ToCopyBackward0", "AsStridedBackward0", "FlattenBackward0", "ContiguousBackward0", "AliasBackward0",
+    "UnbindBackward0", "SplitBackward0", "SplitWithSizesBackward0", "NarrowBackward0", "MaskedSelectBackward0",
+})
+_SIGMOID_NODES = frozenset({"SigmoidBackward0", "SigmoidBackward1"})
+
+
+def _through_views(node):
+    for _ in range(32):
+        if node is None or type(node).__name__ not in _PASS_THROUGH:
+            return node
+        nxt = node.next_functions
+        node = nxt[0][0] if nxt else None
+    return node
+
+
+def origin(t: torch.Tensor) -> str | None:
+    """The operation that produced a loss input, from its autograd graph: "sigmoid" when the last operation
+    that changed its values was a sigmoid (torch.sigmoid, F.sigmoid, nn.Sigmoid, Tensor.sigmoid(_)), seen
+    through views, indexing, copies and casts; "sigmoid-sigmoid" for a sigmoid of a sigmoid; None otherwise
+    (another operation, or no graph to read)."""
+    node = _through_views(getattr(t, "grad_fn", None))
+    if node is None or type(node).__name__ not in _SIGMOID_NODES:
+        return None
+    nxt = node.next_functions
+    inner = _through_views(nxt[0][0] if nxt else None)
+    if inner is not None and type(inner).__name__ in _SIGMOID_NODES:
+        return "sigmoid-sigmoid"
+    return "sigmoid"
+
+
+def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict, where: str | None,
+            made_by: str | None = None) -> None:
     _note_train_rows(w, inp)
     if kind in ("ce", "nll"):
         _inspect_classification(w, kind, inp, target, kwargs, where)
     elif kind in ("bcelogits", "bce"):
-        _inspect_binary(w, kind, inp, target, kwargs, where)
+        _inspect_binary(w, kind, inp, target, kwargs, where, made_by)
     elif kind == "reg":
         _inspect_regression(w, inp, target, where)
     if target.is_floating_point() and not bool(torch.isfinite(target).all()) and w.nonfinite_input is None:
@@ -159,10 +195,14 @@ def _looks_like_lm(w, inp, labels, C) -> bool:
     return False
 
 
-def _inspect_binary(w, kind, inp, target, kwargs, where) -> None:
+def _inspect_binary(w, kind, inp, target, kwargs, where, made_by=None) -> None:
     x = inp.float()
-    if kind == "bcelogits" and x.numel() >= 8:
-        _count(w, "double-sigmoid", bool(x.min() > 0) and bool(x.max() < 1), where)
+    # judged by where the input came from, not by its values: logits that happen to lie in (0, 1) are
+    # logits; a sigmoid's output is a probability whatever its values
+    if kind == "bcelogits":
+        _count(w, "double-sigmoid", made_by in ("sigmoid", "sigmoid-sigmoid"), where)
+    else:  # binary_cross_entropy wants one sigmoid: two are the same mistake
+        _count(w, "double-sigmoid~bce", made_by == "sigmoid-sigmoid", where)
     t = target.float()
     if bool(t.min() < 0) or bool(t.max() > 1):
         _count(w, "wrong-loss-for-task", True, where, {"reason": "bce-targets-not-01",
@@ -252,12 +292,20 @@ def decide(w) -> list[Finding]:
             maybe_fine="cross_entropy(log_softmax(x)) == cross_entropy(x) in value and gradient, so training is "
                        "unaffected; it only matters where the same output is used as raw logits by something that "
                        "is not shift-invariant (a sigmoid, BCE, averaging logits of several models)."))
-    r, n = rate("double-sigmoid")
-    if n >= 2 and r >= 0.9:
-        out.append(Finding("double-sigmoid", where=w.hit_where.get("double-sigmoid"),
-                           message=f"Every input to binary_cross_entropy_with_logits lies strictly between 0 and 1 "
-                                   f"({h['double-sigmoid']} of {n} calls): they are already sigmoid outputs.",
-                           evidence={"calls_in_0_1": h["double-sigmoid"], "calls_checked": n}))
+    for key, form in (("double-sigmoid", "sigmoid-into-logits-loss"), ("double-sigmoid~bce", "sigmoid-twice")):
+        r, n = rate(key)
+        if n >= 2 and r >= 0.9:
+            k = h[key]
+            if form == "sigmoid-twice":
+                msg = (f"The input to binary_cross_entropy is a sigmoid of a sigmoid in {k} of {n} checked calls: "
+                       "the model's output is already a probability and a second sigmoid squeezes it into "
+                       "(0.27, 0.73), so the loss can never get near 0.")
+            else:
+                msg = (f"The input to binary_cross_entropy_with_logits was produced by a sigmoid in {k} of {n} "
+                       "checked calls: it is already a probability, and the loss applies a sigmoid again.")
+            out.append(Finding("double-sigmoid", where=w.hit_where.get(key), message=msg,
+                               evidence={"calls_from_sigmoid": k, "calls_checked": n, "form": form}))
+            break
     r, n = rate("wrong-loss-for-task")
     if h.get("wrong-loss-for-task", 0) >= 2 and r >= 0.8:
         info = w.hit_info.get("wrong-loss-for-task", {})

@@ -290,7 +290,7 @@ def _lr_low_evidence(w) -> dict | None:
 def _flat_for_another_reason(w) -> bool:
     """Evidence already collected of a cause that flattens the loss on its own (losses.py's hits)."""
     h = w.hits
-    for key in ("softmax-before-loss", "double-sigmoid", "wrong-loss-for-task", "labels-not-zero-based",
+    for key in ("softmax-before-loss", "double-sigmoid", "double-sigmoid~bce", "wrong-loss-for-task", "labels-not-zero-based",
                 "clip-scaled-gradients", "output-classes-mismatch"):
         n, checks = h.get(key, 0), h.get(key + ":n", 0)
         if n and (not checks or n >= 0.5 * checks):
