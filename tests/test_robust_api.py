@@ -331,6 +331,14 @@ def test_a_failing_metric_is_named_and_the_trained_steps_are_kept(tmp_path, metr
     assert (tmp_path / "checkpoints" / "step-000000002" / "COMPLETE").is_file()  # the epoch's 2 steps kept
 
 
+def test_a_monitor_this_run_cannot_produce_is_told_at_the_first_evaluation(tmp_path):
+    # val_top5 exists only with more than 5 classes: known at the first evaluation, and the steps are kept
+    with pytest.raises(TorchwiseError) as excinfo:
+        trainer(val_data=make_data(seed=1), monitor="val_top5", out_dir=tmp_path).fit()
+    assert_clear_api_error(excinfo, "val_top5", "did you mean: val_loss", "more than 5 classes")
+    assert (tmp_path / "checkpoints" / "step-000000002" / "COMPLETE").is_file()
+
+
 def test_fp16_on_the_cpu_says_why_it_is_a_poor_choice(capfd):
     result = trainer(precision="fp16", max_steps=1, progress=True).fit()
     assert result.steps == 1

@@ -14,6 +14,7 @@ steps, and a checkpoint needs all of them).
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -28,6 +29,7 @@ class InterruptGuard:
         self.handled = False      # the resume hint has been printed
         self._previous: Any = None
         self._installed = False
+        self._pid = os.getpid()
 
     def __enter__(self) -> "InterruptGuard":
         if (self.enabled and threading.current_thread() is threading.main_thread()
@@ -47,6 +49,10 @@ class InterruptGuard:
         return self._installed
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:
+            # A DataLoader worker forked from the loop (the terminal sends Ctrl-C to the whole process
+            # group): it keeps serving batches until the main process, which decides, shuts it down.
+            return
         if not self.deferring:
             raise KeyboardInterrupt
         if self.pending:

@@ -315,8 +315,6 @@ class Trainer:
             self._safe_point()
             if self.val_data is not None and (not pos.history or pos.history[-1]["step"] != pos.step):
                 self._evaluate_and_log(log, progress, start_time)  # the final weights are always evaluated
-            self._safe_point()
-            self._interrupt.deferring = False
         except BaseException:
             if self.watcher is not None:  # its patches (DataLoader.__iter__) must not outlive the run
                 self.watcher.detach()
@@ -327,6 +325,15 @@ class Trainer:
             progress.close()
             log.close()
         final_path = self.files.finish()
+        self._interrupt.deferring = False
+        if self._interrupt.pending:  # Ctrl-C during the final evaluation or while the final weights were written
+            self._interrupt.handled = True
+            if self.watcher is not None:
+                self.watcher.detach()
+            if self.dist.is_main:
+                print(f"torchwise: interrupted after training finished (step {pos.step}); the final weights are "
+                      + (f"in {final_path}" if final_path else "in the model (no out_dir)"), file=sys.stderr, flush=True)
+            raise KeyboardInterrupt
         findings = self._report_findings(progress)
         barrier(self.dist)
         result = FitResult(
