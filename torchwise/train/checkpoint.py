@@ -60,11 +60,34 @@ def _usual_mode(path: Path) -> None:
     os.chmod(path, 0o666 & ~_umask())
 
 
+def _space_and_limit(folder: Path) -> dict[str, str]:
+    """Free space where `folder` is, and this process' file size limit when it has one."""
+    found = {}
+    with contextlib.suppress(OSError):
+        found["free disk space"] = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB"
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY:
+            found["file size limit"] = f"{soft} bytes (ulimit -f)"
+    return found
+
+
 def write_error(what: str, path: Path, exc: BaseException, fix: str, **values: Any) -> TorchwiseError:
     """A failed write (disk full, file too large, read-only disk, a file where a folder belongs) as an
     error that names the file and the system's reason instead of a traceback from inside a writer."""
     reason = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) and exc.strerror else str(exc)
     return TorchwiseError(what, values={"path": str(path), "error": reason, **values}, fix=fix)
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """The disk said no (full, file size limit, read-only, I/O error), whoever was writing: open() and
+    os raise OSError, safetensors its own error with the OS's words, torch.save a RuntimeError."""
+    if isinstance(exc, OSError):
+        return True
+    return isinstance(exc, _safetensors_errors() + (RuntimeError,)) and (
+        "os error" in str(exc).lower() or "write" in str(exc).lower())
 
 
 @contextlib.contextmanager
@@ -81,12 +104,17 @@ def atomic_write_path(path: Path) -> Iterator[Path]:
             _fsync_file(tmp)
             os.replace(tmp, path)
             _fsync_dir(path.parent)
-        except OSError as exc:
+        except Exception as exc:
+            if not is_write_failure(exc):
+                raise
             raise write_error("Could not write a file of the run.", path, exc,
-                              "free disk space (or raise the file size limit) and check that the folder is "
-                              "writable; the previous version of the file is unchanged") from exc
+                              "free disk space (or raise the file size limit), check that the folder is "
+                              "writable, and run again (a training run continues with --resume); the previous "
+                              "version of the file is unchanged") from exc
     finally:
-        if tmp.exists():
+        if tmp.is_dir():  # whatever the writer left there, a file or (it happens) a folder
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
             tmp.unlink()
 
 
@@ -114,11 +142,15 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
     from safetensors.torch import save_file
 
     final = root / checkpoint_name(step)
+    writing = "the checkpoint folder"
     try:
         if tmp is None:
             tmp = begin_checkpoint(root, step)
+        writing = "model.safetensors"
         save_file({k: v.cpu() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
+        writing = "state.pt"
         torch.save(state, tmp / "state.pt")
+        writing = MARKER
         # The marker is written only once both files are whole (and fsync'ed): a write that fails
         # or is killed before this line leaves a directory that no reader takes for a checkpoint.
         for name in ("model.safetensors", "state.pt"):
@@ -128,6 +160,10 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
         _fsync_file(tmp / MARKER)
         _fsync_dir(tmp)
     except Exception as exc:  # disk full, file size limit, I/O error: raised by safetensors, torch or open()
+        # torch's own words can be as bare as "unexpected pos 151616 vs 151568": say what was being
+        # written, and the two usual causes, measured
+        written = tmp / writing if tmp is not None and writing != "the checkpoint folder" else None
+        where = f"{writing} ({written.stat().st_size} bytes written)" if written and written.is_file() else writing
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         good = [p for p in list_checkpoints(root) if unreadable_reason(p) is None]
@@ -135,7 +171,8 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
             f"Could not write checkpoint {final.name}.", final, exc,
             "free disk space (or raise the file size limit), then continue the run with --resume"
             + (f": it restarts from {good[-1].name}, which is intact" if good else " (no checkpoint was saved yet)"),
-            **{"latest good checkpoint": good[-1].name if good else "none"}) from exc
+            **{"while writing": where, **_space_and_limit(root),
+               "latest good checkpoint": good[-1].name if good else "none"}) from exc
     if final.exists():  # the same step saved again (a resumed run): move the old one out of the way first
         old = root / f".old-{checkpoint_name(step)}-{os.getpid()}"
         os.replace(final, old)
