@@ -378,6 +378,61 @@ def test_data_and_losses_that_do_not_fit_the_model(case, kwargs, must_say):
     assert_clear_api_error(excinfo, *must_say)
 
 
+class AuxOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.net(x), x.mean()
+
+
+class NamedLabels(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.zeros(8), ["cat", "dog"][i % 2]
+
+
+NEIGHBOURS = [
+    ("float64 inputs", dict(train_data=TensorDataset(torch.randn(8, 8, dtype=torch.float64), torch.zeros(8).long())),
+     ["forward failed", "float64", "x.float()"]),
+    ("a model that returns a tuple", dict(model=AuxOutputs()), ["The loss failed", "returns a tuple"]),
+    ("labels as strings", dict(train_data=NamedLabels()), ["The loss failed", "class indices"]),
+    ("a loss with the wrong signature", dict(loss=lambda out: out.mean()), ["The loss failed", "TypeError"]),
+    ("a DataLoader whose data set fails", dict(train_data=DataLoader(Samples([0] * 20, fail_at=11), batch_size=4)),
+     ["sample 11 of train_data"]),
+]
+
+
+@pytest.mark.parametrize("case,kwargs,must_say", NEIGHBOURS, ids=[c[0] for c in NEIGHBOURS])
+def test_neighbouring_mistakes(case, kwargs, must_say):
+    with pytest.raises(TorchwiseError) as excinfo:
+        trainer(max_steps=3, **kwargs).fit()
+    assert_clear_api_error(excinfo, *must_say)
+
+
+def test_numpy_arrays_are_taken_as_float32_inputs_and_int64_labels():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 8)), rng.integers(0, 3, 32).astype(np.int32)
+    t = trainer(train_data=(x, y), val_data=(x, y), max_steps=2)
+    assert t.train_data.tensors[0].dtype == torch.float32 and t.train_data.tensors[1].dtype == torch.int64
+    assert t.fit().steps == 2
+
+
+@pytest.mark.parametrize("data,must_say", [("images/", ["data is a path"]), (7, ["neither a DataLoader"])])
+def test_evaluate_and_predict_refuse_what_is_not_data(data, must_say):
+    t = trainer()
+    for call in (t.evaluate, t.predict):
+        with pytest.raises(TorchwiseError) as excinfo:
+            call(data)
+        assert_clear_api_error(excinfo, *must_say)
+
+
 def test_a_loss_that_is_nan_from_the_first_step_stops_the_run_with_the_fix():
     with pytest.raises(TrainingStopped) as excinfo:
         trainer(loss=lambda out, y: out.sum() * float("nan"), max_consecutive_skips=3, batch_size=8).fit()

@@ -83,7 +83,7 @@ def as_data(data: Any, role: str, *, required: bool = True) -> Any:
     if isinstance(data, (DataLoader, Dataset, IterableDataset)):
         return data
     if isinstance(data, (tuple, list)) and 2 <= len(data) <= 4 and all(_array_like(t) for t in data):
-        tensors = [t if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in data]
+        tensors = [t if isinstance(t, torch.Tensor) else _from_numpy(t) for t in data]
         lengths = [int(t.shape[0]) if t.ndim else None for t in tensors]
         require(None not in lengths and len(set(lengths)) == 1,
                 f"{role} given as tensors: they must hold the same number of samples (first dimension).",
@@ -108,6 +108,17 @@ def as_data(data: Any, role: str, *, required: bool = True) -> Any:
         raise ConfigError(f"{role} is neither a DataLoader nor a map-style Dataset.",
                           values={role: type(data).__name__}, fix=fix)
     return data
+
+
+def _from_numpy(array: Any) -> torch.Tensor:
+    """NumPy's defaults (float64 features, int32 labels on some platforms) as torch models expect them:
+    float32 inputs and int64 labels."""
+    tensor = torch.as_tensor(array)
+    if tensor.is_floating_point():
+        return tensor.float()
+    if tensor.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
+        return tensor.long()
+    return tensor
 
 
 def _array_like(obj: Any) -> bool:
@@ -378,12 +389,21 @@ def check_label_range(labels: torch.Tensor, classes: int, ignore_index: int, whe
 
 def forward_error(exc: Exception, inputs: Any, model: nn.Module, where: str) -> TorchwiseError:
     text = str(exc).strip().splitlines()
+    first = text[0][:300] if text else ""
+    params = {p.dtype for p in model.parameters()}
+    odd = sorted({str(x.dtype).replace("torch.", "") for x in inputs
+                  if isinstance(x, torch.Tensor) and x.dtype not in params and x.dtype != torch.bool})
+    hint = ""
+    if odd and ("dtype" in first.lower() or "scalar type" in first.lower()):
+        hint = (f" The inputs are {', '.join(odd)} and the model's weights "
+                f"{', '.join(sorted(str(d).replace('torch.', '') for d in params))}: convert the inputs, e.g. x.float().")
+    elif isinstance(exc, TypeError) and "argument" in first:
+        hint = f" The model was called with {len(inputs)} input(s): model(*inputs)."
     return TorchwiseError(f"The model's forward failed on the {where}.",
-                          values={"model": type(model).__name__, "inputs": describe(inputs),
-                                  "error": f"{type(exc).__name__}: {text[0][:300] if text else ''}"},
+                          values={"model": type(model).__name__, "inputs": describe(inputs), "error": f"{type(exc).__name__}: {first}"},
                           fix="Check that the data's inputs fit the model (shape, dtype, number of inputs: "
                               "a batch ((x1, x2), y) calls model(x1, x2)); call model(*inputs) on one batch "
-                              "yourself to see the error in your code.")
+                              "yourself to see the error in your code." + hint)
 
 
 def loss_error(exc: Exception, output: Any, target: Any, where: str) -> TorchwiseError:
@@ -392,7 +412,10 @@ def loss_error(exc: Exception, output: Any, target: Any, where: str) -> Torchwis
                           values={"outputs": describe(output), "targets": describe(target),
                                   "error": f"{type(exc).__name__}: {text[0][:300] if text else ''}"},
                           fix="Check that the targets fit the loss: class indices (int64) for cross-entropy, "
-                              "float values of the outputs' shape for regression (task='regression').")
+                              "float values of the outputs' shape for regression (task='regression')."
+                              + (" The model returns a " + type(output).__name__ + ", not a tensor: pass a loss "
+                                 "that takes it (loss=lambda out, y: F.cross_entropy(out[0], y)) or return the "
+                                 "logits alone." if not isinstance(output, torch.Tensor) else ""))
 
 
 def metric_error(exc: Exception, name: str, output: torch.Tensor, target: Any) -> TorchwiseError:

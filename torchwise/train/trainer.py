@@ -465,7 +465,8 @@ class Trainer:
     def _save_before_error(self, progress: Progress) -> None:
         """A mistake found at an evaluation: the steps trained so far are kept (at an epoch's end this
         checkpoint resumes exactly: the resumed run evaluates again first)."""
-        if self.out_dir is None or not self._setup_done or getattr(self, "train_loader", None) is None:
+        if self.out_dir is None or not self._setup_done or getattr(self, "train_loader", None) is None \
+                or self.dist.enabled:  # a rank-local error: a save (collective) would wait for the others
             return
         path = self.out_dir / "checkpoints" / ckpt.checkpoint_name(self.pos.step)
         if not ckpt.is_complete(path):
