@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-MISSING_TOKENS = frozenset({"", "na", "n/a", "n.a.", "nan", "null", "none", "?", "-", "--", "#n/a", "missing"})
+MISSING_TOKENS = frozenset({"", "na", "n/a", "n.a.", "nan", "null", "none", "?", "-", "--", "#n/a"})
 NONFINITE_TOKENS = frozenset({"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "∞", "+∞", "-∞",
                               "#div/0!", "#value!", "#num!", "#ref!", "#name?", "#null!"})
 CURRENCY = "$€£¥₹₩₽₺"
@@ -37,6 +37,8 @@ MISSING = "missing"
 NONFINITE = "non-finite"
 
 _PLAIN = re.compile(r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_FAST = re.compile(r"[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")   # the common case: 12, -0.5, 1e-3, 2.5E+05
+_DOT_GROUPS = re.compile(r"[+-]?[1-9]\d{0,2}(\.\d{3})+")    # 1.234: also 1234 with a decimal comma
 _DIGITS = re.compile(r"\d+")
 
 
@@ -102,14 +104,18 @@ def read_cell(text: str, *, units: bool = True) -> Cell:
     """Read one cell. `units`: also accept a percent sign, a currency symbol and an accounting
     negative in parentheses."""
     s = text.strip()
+    if _FAST.fullmatch(s):
+        value = float(s)
+        if not math.isfinite(value):
+            return _NONFINITE_CELL
+        if "." not in s:
+            return Cell("number", value, value)
+        return Cell("number", value, float(s.replace(".", "")) if _DOT_GROUPS.fullmatch(s) else None)
     low = s.lower()
     if low in MISSING_TOKENS:
         return _MISSING_CELL
     if low in NONFINITE_TOKENS:
         return _NONFINITE_CELL
-    if s.isdigit() and s.isascii():  # the common case, fast
-        value = float(s)
-        return Cell("number", value, value) if math.isfinite(value) else _NONFINITE_CELL
     for a, b in _SPACES.items():
         s = s.replace(a, b)
     for a, b in _MINUS.items():

@@ -234,6 +234,9 @@ class TabularEncoder:
     decimals: dict[str, str] = field(default_factory=dict)           # numeric column -> "." or ","
     # why a column is categories rather than numbers, or how its decimal mark was decided
     why: dict[str, str] = field(default_factory=dict)
+    # while the training file is being encoded: the values its cells were read as (row id -> position)
+    _rows: dict[int, int] | None = field(default=None, repr=False, compare=False)
+    _values: dict[str, list[float | None]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def feature_names(self) -> list[str]:
@@ -245,9 +248,17 @@ class TabularEncoder:
                 names.extend(f"{column}={cat}" for cat in self.categorical[column])
         return names
 
-    def value(self, column: str, text: str) -> float | None:
+    def value(self, column: str, text: str, row: Sequence[str] | None = None) -> float | None:
         """The number in a numeric column's cell (None: missing, non-finite or not a number)."""
+        if self._rows is not None and row is not None and self._values is not None:
+            pos = self._rows.get(id(row))
+            if pos is not None and column in self._values:
+                return self._values[column][pos]
         return numbers.value_with(text, self.decimals.get(column, "."))
+
+    def forget_rows(self) -> None:
+        """Drop the values read during fit (row ids are only meaningful while those rows live)."""
+        self._rows = self._values = None
 
     @classmethod
     def fit(cls, header: Sequence[str], rows: Sequence[Sequence[str]], feature_columns: Sequence[str], *,
@@ -275,8 +286,12 @@ class TabularEncoder:
             col = columns[column]
             present_all = [r[i] for r in all_rows if not is_missing(r[i])]
             if col.numeric:
-                values = [encoder_value for encoder_value in
-                          (numbers.value_with(r[i], col.decimal) for r in rows) if encoder_value is not None]
+                if encoder._rows is None:
+                    encoder._rows = {id(r): k for k, r in enumerate(all_rows)}
+                    encoder._values = {}
+                assert encoder._values is not None
+                encoder._values[column] = col.values
+                values = [v for v in (encoder.value(column, r[i], r) for r in rows) if v is not None]
                 encoder.numeric[column] = sum(values) / len(values) if values else 0.0
                 encoder.decimals[column] = col.decimal
                 if col.guessed:
@@ -325,13 +340,13 @@ class TabularEncoder:
                                  fix="the file needs at least one column besides the target")
         return encoder
 
-    def _absent(self, column: str, text: str) -> bool:
+    def _absent(self, column: str, row: Sequence[str], i: int) -> bool:
         if column in self.numeric:
-            return self.value(column, text) is None
-        return is_missing(text)
+            return self.value(column, row[i], row) is None
+        return is_missing(row[i])
 
     def row_is_complete(self, header_index: dict[str, int], row: Sequence[str]) -> bool:
-        return all(not self._absent(c, row[header_index[c]]) for c in (*self.numeric, *self.categorical))
+        return all(not self._absent(c, row, header_index[c]) for c in (*self.numeric, *self.categorical))
 
     def encode(self, header: Sequence[str], rows: Sequence[Sequence[str]]):
         """(features float32 [N, F], imputed value count). Rows must already be filtered for 'drop'."""
@@ -349,7 +364,7 @@ class TabularEncoder:
             j = 0
             for column in self.columns:
                 if column in self.numeric:
-                    number = self.value(column, row[index[column]])
+                    number = self.value(column, row[index[column]], row)
                     if number is None:
                         number = self.numeric[column]
                         imputed += 1
@@ -529,6 +544,7 @@ def load_tabular(path: str | Path, target: str | None, *, problem: str = "auto",
         notes["ignored_columns"] = encoder.ignored
     if encoder.why:
         notes["column_types"] = dict(encoder.why)
+    encoder.forget_rows()
     mean, std = standardize_stats(x_train)
     # Rows are numbered within the file (not within `kept`) so eval can find them again.
     kept_ids = {id(r) for r in kept}
