@@ -434,3 +434,40 @@ def test_train_refuses_an_excel_workbook_named_csv(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "torchwise train: error: The data file is not a CSV text file." in err
     assert "Excel" in err and "fix:" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- neighbours
+
+
+def test_eval_data_is_read_with_the_decimal_mark_the_run_was_trained_with(tmp_path):
+    train = "x;y\n" + "".join(f"{i},25;{'a' if i % 2 else 'b'}\n" for i in range(30))
+    data = tabular.load_tabular(_write(tmp_path, train, "train.csv"), "y")
+    assert data.encoder.decimals == {"x": ","}
+    # the new file alone cannot tell (1,234 only): the run's decimal comma decides
+    new = _write(tmp_path, "x;y\n1,234;a\n2,500;b\n", "new.csv")
+    meta = json.loads(json.dumps(data.tabular_meta()))  # as saved in meta.json
+    x, y, _ = tabular.encode_for_eval(new, meta, data.class_names, "classification")
+    assert x[:, 0].tolist() == pytest.approx([1.234, 2.5]) and y.tolist() == [0, 1]
+
+
+def test_a_regression_target_with_decimal_commas(tmp_path):
+    text = "x;price\n" + "".join(f"{i};{i * 1000 + 250:,}".replace(",", ".") + ",5\n" for i in range(1, 31))
+    data = tabular.load_tabular(_write(tmp_path, text), "price")
+    assert data.problem == "regression" and data.target_decimal == ","
+    y = sorted(np.concatenate([data.y_train, data.y_val]).tolist())
+    assert y[0] == pytest.approx(1250.5) and y[-1] == pytest.approx(30250.5)
+
+
+def test_quoted_cells_with_the_delimiter_and_newlines_and_mixed_thousands_marks(tmp_path):
+    lines = ['note,x,y'] + [f'"a, b\nline {i % 3}","{"1,234.5" if i % 2 else "1 234.5"}",{"p" if i % 3 else "q"}'
+                            for i in range(24)]
+    data = tabular.load_tabular(_write(tmp_path, "\n".join(lines) + "\n"), "y")
+    assert len(data.encoder.categorical["note"]) == 3 and _values(data, "x") == [1234.5] * 24
+
+
+def test_show_config_reads_a_yaml_written_by_a_person(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  lr: 3e-4\n  batch_size: ' 32 '\n  deterministic: yes\ndata:\n  val_fraction: 25%\n")
+    assert main(["train", "--config", str(path), "--show-config"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.0003" in out and "batch_size: 32" in out and "val_fraction: 0.25" in out
