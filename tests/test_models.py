@@ -95,3 +95,31 @@ def test_frozen_backbone_keeps_batchnorm_statistics():
     before = model.bn1.running_mean.clone()
     model(torch.randn(4, 3, 32, 32) * 5 + 2)
     assert torch.equal(model.bn1.running_mean, before)
+
+
+def test_a_user_model_whose_only_child_is_named_module_round_trips_through_a_run(tmp_path, monkeypatch):
+    """`module` here is the user's own attribute (EMA-style wrappers name it so), not a DDP prefix."""
+    from torchwise.weights import save_model
+
+    (tmp_path / "wrapnets.py").write_text(
+        "from torch import nn\n"
+        "class Holder(nn.Module):\n"
+        "    def __init__(self, num_classes, in_channels):\n"
+        "        super().__init__()\n"
+        "        self.module = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 16, num_classes))\n"
+        "    def forward(self, x):\n"
+        "        return self.module(x)\n"
+        "def holder(num_classes, in_channels):\n"
+        "    return Holder(num_classes, in_channels)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = build_model("wrapnets:holder", 3, in_channels=1).eval()
+    save_model(model, tmp_path / "run" / "final" / "model.safetensors")
+    meta = {"task": "image", "problem": "classification", "class_names": ["a", "b", "c"],
+            "model": {"name": "wrapnets:holder", "num_classes": 3, "in_channels": 1, "input_size": [4, 4]}}
+    (tmp_path / "run" / "final" / "meta.json").write_text(json.dumps(meta))
+    loaded, _ = model_from_run(tmp_path / "run")
+    x = torch.randn(2, 1, 4, 4)
+    assert torch.equal(loaded(x), model(x))
+    again = build_model("wrapnets:holder", 3, in_channels=1, weights=str(tmp_path / "run" / "final" / "model.safetensors"))
+    assert torch.equal(again.module[1].weight, model.module[1].weight)
+    sys.modules.pop("wrapnets", None)

@@ -140,21 +140,17 @@ def _adapt_first_conv(model: nn.Module, in_channels: int) -> None:
 
 
 def _read_weights(path: str) -> dict[str, torch.Tensor]:
-    try:
-        from torchwise.weights import load_state_dict
-    except ImportError:  # pragma: no cover - torchwise.weights is part of the package
-        return torch.load(path, map_location="cpu", weights_only=True)
+    from torchwise.weights import load_state_dict  # the one place that opens weight files
+
     return load_state_dict(path)
 
 
 def _load_pretrained(model: nn.Module, path: str) -> None:
     """Load a local state dict; the head may differ (it is replaced next), nothing else may."""
     state = _read_weights(path)
-    try:
-        from torchwise.weights import strip_wrapper_prefixes
-        state = strip_wrapper_prefixes(state)
-    except ImportError:  # pragma: no cover
-        pass
+    from torchwise.weights import strip_wrapper_prefixes
+
+    state = strip_wrapper_prefixes(state, model)  # only where a wrapper put a prefix: matched to the model's keys
     own = model.state_dict()
     head_name, _ = classification_head(model)
     mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape
@@ -276,11 +272,9 @@ def model_from_run(run_dir: str | Path, weights_file: str | Path | None = None) 
         raise CheckpointError("The run has no final weights yet.", values={"looked for": str(path)},
                               fix="let the training finish, or pass --checkpoint RUN/checkpoints/step-...")
     state = _read_weights(str(path))
-    try:
-        from torchwise.weights import strip_wrapper_prefixes
-        state = strip_wrapper_prefixes(state)
-    except ImportError:  # pragma: no cover
-        pass
+    from torchwise.weights import strip_wrapper_prefixes
+
+    state = strip_wrapper_prefixes(state, model)  # only where a wrapper put a prefix: matched to the model's keys
     result = model.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:
         raise CheckpointError("The weights do not fit the model recorded in meta.json.",
