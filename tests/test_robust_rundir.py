@@ -468,3 +468,34 @@ def test_checkpoint_and_weights_files_follow_the_umask(tmp_path, umask, mode):
         os.umask(old)
     for file in [*path.iterdir(), weights]:
         assert file.stat().st_mode & 0o777 == mode, (file, oct(file.stat().st_mode))
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+def test_ctrl_c_prints_the_command_that_continues_the_run(data, tmp_path):
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "torchwise", "train", "--data", data["own"], "--target", "label",
+                             "--out", run, "--epochs", "100000", "--checkpoint-every", "1", *FAST],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for _ in range(1200):  # at most 4 minutes for the first checkpoint: a limit, not a measurement
+            if proc.poll() is not None or list(run.glob("checkpoints/step-*/COMPLETE")):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert f"torchwise train --out {run} --resume" in err, err[-3000:]
+    assert "Traceback" not in err
+    from torchwise.train import checkpoint as ckpt
+
+    assert ckpt.find_resume_checkpoint(True, run) is not None
+    assert not list((run / "checkpoints").glob(".tmp-*"))  # an interrupted write leaves nothing half done

@@ -159,7 +159,11 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
         (tmp / MARKER).write_text(json.dumps({"step": step, "time": time.time()}))
         _fsync_file(tmp / MARKER)
         _fsync_dir(tmp)
-    except Exception as exc:  # disk full, file size limit, I/O error: raised by safetensors, torch or open()
+    except BaseException as exc:  # disk full, file size limit, I/O error (safetensors, torch, open()), Ctrl-C
+        if not isinstance(exc, Exception):  # interrupted: no half checkpoint stays behind either
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
         # torch's own words can be as bare as "unexpected pos 151616 vs 151568": say what was being
         # written, and the two usual causes, measured
         written = tmp / writing if tmp is not None and writing != "the checkpoint folder" else None
