@@ -94,6 +94,8 @@ BAD_ARGUMENTS = [
     ("metrics", "acc", ["metrics must be a dict"]),
     ("metrics", {"f1": 0.5}, ["A metric must be a function", "f1"]),
     ("metrics", [lambda out, target: 1.0], ["no usable name", "lambda"]),
+    ("metrics", {"acc": lambda out, target: 1.0}, ["taken by a built-in", "my_acc"]),
+    ("metrics", {"f1": len, "val_f1": len}, ["same name", "f1"]),
     ("config", ["a"], ["config must be a dict"]),
     ("strategy", "dp", ["Unknown strategy"]),
     ("on_oom", "retry", ["on_oom must be"]),

@@ -265,9 +265,13 @@ def check_metrics(metrics: Any) -> dict[str, Callable[..., Any]]:
                 {"name": repr(name)}, fix)
         require(callable(fn), "A metric must be a function fn(outputs, targets) -> float.",
                 {"metric": name, "given": type(fn).__name__}, fix)
+        name = name.removeprefix("val_")  # logged as val_<name> either way
         require(name not in out, "Two metrics have the same name.", {"name": name},
                 "Name them with a dict: metrics={'a': fn_a, 'b': fn_b}.")
-        out[name.removeprefix("val_")] = fn
+        require(name not in ("loss", "acc", "top5", "mae"), "A metric's name is taken by a built-in one.",
+                {"name": name, "built-in": "val_loss, val_acc, val_top5, val_mae"},
+                f"Name it otherwise, e.g. metrics={{'my_{name}': fn}}.")
+        out[name] = fn
     return out
 
 
@@ -319,12 +323,10 @@ def resolve_monitor(monitor: str | None, mode: str | None, early_stopping: Any, 
             "The monitored metric comes from validation, but there is no val_data.",
             {"monitor": chosen, "val_data": None},
             "Pass val_data=..., or monitor='train_loss' (and no early_stopping).")
-    chosen_mode = mode or es_mode or infer_mode(chosen)
+    chosen_mode = mode or es_mode or infer_mode(chosen)  # an explicit unusual direction is the user's choice
     require(chosen_mode is not None, "Is a higher or a lower value of the monitored metric better?",
             {"monitor": chosen, "mode": None},
             f"Pass mode='max' if a higher {chosen} is better, mode='min' if a lower one is.")
-    if chosen_mode != infer_mode(chosen) and infer_mode(chosen) is not None and (mode or es_mode):
-        pass  # an explicit, unusual direction is the user's choice
     return chosen, chosen_mode
 
 

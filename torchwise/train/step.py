@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from torchwise.errors import TorchwiseError
+from torchwise.train import input_checks as checks
 from torchwise.train.distributed import DistEnv, sum_across
 from torchwise.train.precision import Precision
 
@@ -161,8 +162,6 @@ class StepRunner:
         """loss_fn(model(*inputs), target). Until the first loss passed its checks, a failure of the forward
         or the loss is told with the batch's shapes; later, a failing loss is explained when the labels
         are the cause (and re-raised as it is otherwise)."""
-        from torchwise.train import input_checks as checks
-
         first = not self._loss_checked
         if first:
             try:
