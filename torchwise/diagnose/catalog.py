@@ -392,6 +392,22 @@ loss.backward()                                     # after the block: backward 
 optimizer.step()                                    # ... and the update in full precision
 # fp16 with a GradScaler, the same way: scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
 """),
+    _e("loss-average-wrong-count", "warning", "The epoch's average loss is divided by the wrong count",
+       "The loss the script reports for an epoch is its sum divided by a count that does not match the sum: "
+       "len(loader.dataset) while a sampler (SubsetRandomSampler, DistributedSampler) drew fewer samples, the "
+       "number of samples for a sum of per-batch means, or the number of batches for a sum of loss x batch "
+       "size. Training is unaffected, but the reported number is off by a constant factor, so it cannot be "
+       "compared with a validation loss or another run, and early stopping or model selection on it misleads.",
+       """
+total, seen = 0.0, 0
+for x, y in loader:
+    loss = criterion(model(x), y)        # a mean over the batch
+    ...
+    total += loss.item() * x.size(0)     # back to a sum over the batch's samples
+    seen += x.size(0)                    # the samples this epoch really drew (not len(loader.dataset))
+print("epoch loss", total / seen)
+# or: a sum of per-batch means divided by the number of batches, total / len(loader)
+"""),
     _e("cudnn-benchmark-varying-shapes", "warning", "cudnn.benchmark is on while the input shapes keep changing",
        "With torch.backends.cudnn.benchmark = True, cuDNN times every convolution algorithm the first time it meets "
        "an input shape and keeps the fastest. With fixed shapes that one search makes the run 5-20% faster; with "
@@ -477,6 +493,10 @@ DETECTED_BY: dict[str, str] = {
                              "itself",
     "backward-in-autocast": "torch.is_autocast_enabled(device type) is True, for the loss's device, when backward() "
                             "starts, or for the parameters' device when optimizer.step() starts",
+    "loss-average-wrong-count": "after each training pass over a loader, the numbers the script printed (4+ "
+                                "significant digits) against the averages its backward() losses and batch sizes "
+                                "give: equal to a wrong count's (len(dataset) vs the sampler's draw, samples vs "
+                                "batches), equal to no right one's, 10%+ apart, in 2 epochs (or 1 with 6+ digits)",
     "cudnn-benchmark-varying-shapes": "torch.backends.cudnn.benchmark read at each training forward of a model with "
                                       "convolution layers; more than 8 different per-sample input shapes (the batch "
                                       "dimension left out) while it was True",

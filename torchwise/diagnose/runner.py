@@ -90,6 +90,26 @@ def _exit_where(exc: BaseException) -> str | None:
     return where
 
 
+def _tap_output(watcher) -> list:
+    """sys.stdout and sys.stderr keep what the script prints (the epoch's loss it reports: see OutputTap)."""
+    from torchwise.diagnose.watch import OutputTap
+    taps = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        if stream is not None:
+            tap = OutputTap(stream, watcher)
+            setattr(sys, name, tap)
+            taps.append((name, tap, stream))
+    return taps
+
+
+def _untap_output(taps: list) -> None:
+    for name, tap, stream in taps:
+        tap._tw_on = False  # a stream the script kept (a logging handler) still writes through, unrecorded
+        if getattr(sys, name, None) is tap:  # the script's own replacement stays, as it would without check
+            setattr(sys, name, stream)
+
+
 def run_script(script: str, args: list[str] | None = None, *, max_steps: int | None = DEFAULT_MAX_STEPS,
                module: bool = False, overfit: bool = False,
                finish: Callable[[RunResult], int] | None = None) -> RunResult:
@@ -123,6 +143,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
     watcher.on_force_stop = force_stop
     watcher.attach()
     workers.install()
+    taps = _tap_output(watcher)
     try:
         if module:
             runpy.run_module(script, run_name="__main__", alter_sys=True)
@@ -149,6 +170,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
         state["tb"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         state["translation"] = translate(exc, watcher=watcher)
     finally:
+        _untap_output(taps)
         workers.uninstall()
         watcher.detach()
         sys.argv, sys.path[:] = saved_argv, saved_path

@@ -256,6 +256,13 @@ class PassInfo:
     last_return: float | None = None
     ended: bool = False
     closed: bool = False
+    # loss-average-wrong-count: each batch's size (None: not readable), the index in Watcher.losses of each
+    # backward() during the pass, and how many of the deep steps' losses came straight from a torch loss
+    # function with reduction="mean" (or not)
+    batch_sizes: list = field(default_factory=list)
+    loss_idx: list = field(default_factory=list)
+    mean_losses: int = 0
+    other_losses: int = 0
 
     @property
     def is_eval(self) -> bool:
@@ -417,7 +424,7 @@ class _Mode(TorchFunctionMode):
         try:
             kind = _LOSS_KINDS.get(func)
             if kind is not None and len(args) >= 2:
-                w._on_loss(kind, func, args[0], args[1], kwargs, out)
+                w._on_loss(kind, func, args[0], args[1], kwargs, out, len(args))
             elif func in _RELU_FUNCS and w._deep:
                 w._on_relu_func(args[0] if args else None, out)
             elif w._bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
@@ -470,8 +477,60 @@ class _PassIter:
             info.waits.append(t1 - t0)
         info.last_return = t1
         info.n_batches += 1
+        if len(info.batch_sizes) < 100_000:
+            info.batch_sizes.append(_batch_size(batch))
         self._w._cur_pass = info
         return batch
+
+
+def _batch_size(batch: Any) -> int | None:
+    """The number of samples in a batch a DataLoader returned: the first dimension of its first tensor."""
+    for _ in range(3):
+        if isinstance(batch, torch.Tensor):
+            return int(batch.shape[0]) if batch.dim() else None
+        if isinstance(batch, dict):
+            batch = next(iter(batch.values()), None)
+        elif isinstance(batch, (tuple, list)) and batch:
+            batch = batch[0]
+        else:
+            return None
+    return None
+
+
+class OutputTap:
+    """sys.stdout / sys.stderr while a script runs under check: every write goes to the stream as before, and
+    what the script printed is kept (bounded), marked with how many training passes over a loader had ended
+    when it was written (loss-average-wrong-count reads the epoch's printed loss from it)."""
+
+    MAX_CHARS = 2_000_000
+
+    def __init__(self, stream: Any, watcher: "Watcher"):
+        self._tw_stream = stream
+        self._tw_watcher = watcher
+        self._tw_on = True
+
+    def write(self, text):
+        n = self._tw_stream.write(text)
+        if self._tw_on:
+            try:
+                w = self._tw_watcher
+                if isinstance(text, str) and w.train_passes_ended and w._printed_chars < self.MAX_CHARS \
+                        and any(c.isdigit() for c in text):
+                    w._printed_chars += len(text)
+                    w.printed.append((w.train_passes_ended, text, user_where(2)))
+            except Exception:  # the script's output comes first
+                pass
+        return n
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._tw_stream, name)
+
+    def __iter__(self):
+        return iter(self._tw_stream)
 
 
 # --------------------------------------------------------------------------- the watcher
@@ -611,6 +670,12 @@ class Watcher:
         self.on_force_stop: Any = None   # runner: finish the report and end the process
         self._fwd_since_step = 0
         self._last_train_input: weakref.ref | None = None  # the last training forward's input tensor
+        # loss-average-wrong-count: what the script printed (OutputTap), training passes that ended, and the
+        # loss tensors returned by a torch loss function with reduction="mean" (deep steps)
+        self.printed: list[tuple[int, str, str | None]] = []
+        self._printed_chars = 0
+        self.train_passes_ended = 0
+        self._mean_loss_outs: dict[int, weakref.ref] = {}
 
     # ------------------------------------------------------------------ the checker's own health
 
@@ -1160,11 +1225,17 @@ class Watcher:
 
     # ------------------------------------------------------------------ losses
 
-    def _on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any) -> None:
+    def _on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any, npos: int = 2) -> None:
         if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         if isinstance(out, torch.Tensor):
             _losses_checks.remember(self.loss_outs, out, "loss")
+            if out.dim() == 0 and kwargs.get("reduction", "mean") == "mean" and npos == 2 and \
+                    kwargs.get("size_average") is None and kwargs.get("reduce") is None:
+                self._mean_loss_outs[id(out)] = weakref.ref(out)
+                if len(self._mean_loss_outs) > 64:
+                    for k in list(self._mean_loss_outs)[:32]:
+                        del self._mean_loss_outs[k]
         if self.loss_where.get(kind) is None:
             self.loss_where[kind] = user_where()
         where = self.loss_where[kind]
@@ -1240,6 +1311,15 @@ class Watcher:
         if len(self.losses) < 200_000 and not self.driven:  # driven: end_step() brings the value
             self.losses.append(value)
             self.loss_steps.append(self.steps)
+            cur = self._cur_pass
+            if cur is not None and not cur.closed:
+                cur.loss_idx.append(len(self.losses) - 1)
+                if self._deep:
+                    ref = self._mean_loss_outs.get(id(loss))
+                    if ref is not None and ref() is loss:
+                        cur.mean_losses += 1
+                    else:
+                        cur.other_losses += 1
         if self._deep:
             if loss.grad_fn is not None:
                 ref = weakref.ref(loss)
@@ -1540,6 +1620,8 @@ class Watcher:
         if self._cur_pass is info:
             self._cur_pass = None
         if info.steps > 0:
+            if info.ended:
+                self.train_passes_ended += 1
             self._after_epoch = True
             self._eval_since_epoch = False
         elif info.is_eval:
