@@ -333,6 +333,24 @@ def test_a_failing_metric_is_named_and_the_trained_steps_are_kept(tmp_path, metr
     assert (tmp_path / "checkpoints" / "step-000000002" / "COMPLETE").is_file()  # the epoch's 2 steps kept
 
 
+def test_after_a_failing_metric_the_kept_steps_resume_exactly(tmp_path):
+    def fine(out, target):
+        return 0.5
+
+    def run(metric, **kwargs):
+        t = trainer(model=mlp(dropout=0.2), val_data=make_data(seed=1), metrics={"m": metric}, max_epochs=3,
+                    **kwargs)
+        return t, t.fit()
+
+    with pytest.raises(TorchwiseError):
+        run(lambda out, target: 1 / 0, out_dir=tmp_path)
+    resumed, result = run(fine, out_dir=tmp_path, resume=True)
+    assert result.resumed_from.name == "step-000000002" and [r["step"] for r in result.history] == [2, 4, 6]
+    whole, _ = run(fine)
+    for key, value in whole.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[key], value), key
+
+
 def test_a_monitor_this_run_cannot_produce_is_told_at_the_first_evaluation(tmp_path):
     # val_top5 exists only with more than 5 classes: known at the first evaluation, and the steps are kept
     with pytest.raises(TorchwiseError) as excinfo:
