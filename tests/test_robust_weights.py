@@ -457,12 +457,13 @@ def test_predict_gives_every_readable_image_its_prediction(run, mixed_folder, tm
     assert reasons["h_empty.jpg"] == "empty file (0 bytes)"
     assert "not an image file" in reasons["i_text.jpg"]
     assert "DecompressionBomb" in reasons["j_bomb.png"]
-    # Converted to RGB the way training converts (PIL convert), not refused.
+    # Decoded the way training decodes (imagefolder.read_image: real bit depth, alpha over white), not refused.
+    from torchwise.data.imagefolder import read_image
+
     spec = json.loads(__import__("onnxruntime").InferenceSession(str(run["onnx"])).get_modelmeta()
                       .custom_metadata_map["torchwise.preprocess"])
     for name in ("b_gray.png", "c_rgba.png", "d_16bit.png", "e_palette.png"):
-        with Image.open(folder / name) as opened:
-            opened.convert("RGB").save(tmp_path / f"as_rgb_{name}")
+        read_image(folder / name, "RGB").save(tmp_path / f"as_rgb_{name}")
         assert np.array_equal(preprocess_image(str(folder / name), spec),
                               preprocess_image(str(tmp_path / f"as_rgb_{name}"), spec)), name
 

@@ -14,21 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from torchwise.data.imagefolder import IMAGE_EXTENSIONS  # torch-free: the extensions training reads
 from torchwise.errors import TorchwiseError
 from torchwise.export.metadata import PREPROCESS_KEY, read_metadata
 
 IMAGE_SIGNATURES = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"BM", b"RIFF", b"II*\x00", b"MM\x00*")
-IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
 
 # --------------------------------------------------------------------------- inputs
 
 def collect_images(inputs: Sequence[str]) -> list[str]:
+    # A folder is walked the way training walks one: hidden and tool folders skipped, no link loops.
+    from torchwise.data.imagefolder import walk_images
+
     files: list[str] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            files += sorted(str(p) for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+            files += [str(p) for p in walk_images(path)]
         elif path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
             files.append(str(path))
     return files
@@ -45,16 +48,18 @@ def _resized_size(width: int, height: int, shorter: int) -> tuple[int, int]:
 def preprocess_image(path: str, spec: Mapping[str, Any]):
     """One image -> float32 array C x H x W, exactly as the model saw images at validation."""
     import numpy as np
-    from PIL import Image, ImageOps
+    from PIL import Image
+
+    from torchwise.data.imagefolder import UnreadableImage, read_image
 
     height, width = spec["size"]
     try:
-        with Image.open(path) as opened:
-            # Phones store portrait photos sideways with an EXIF "rotate" tag; training applied it too.
-            # convert() is what training does too (16-bit, palette, RGBA, grayscale -> the model's mode).
-            image = ImageOps.exif_transpose(opened).convert(spec["mode"])
-    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError, ...
-        raise TorchwiseError("An input image cannot be read.", values={"path": path, "error": _image_error(path, exc)},
+        # The decoding training used: EXIF orientation, the real bit depth (16-bit, float), alpha
+        # composited, then the model's mode.
+        image = read_image(path, spec["mode"])
+    except UnreadableImage as exc:  # a decoder's error (its cause) or a pixel scale torchwise cannot trust
+        cause = exc.__context__ if isinstance(exc.__context__, Exception) else exc
+        raise TorchwiseError("An input image cannot be read.", values={"path": path, "error": _image_error(path, cause)},
                              fix="check that the file is a valid image (PNG, JPEG, ...)") from None
     shorter = spec.get("resize_shorter")
     if shorter:
