@@ -196,6 +196,15 @@ def test_resume_on_other_data_is_refused_and_the_run_stays_resumable(run, data, 
     assert yaml.safe_load((run / "config.yaml").read_text())["data"]["path"] == str(data["own"])
 
 
+def test_other_data_for_a_run_without_split_files_is_refused_by_the_checkpoint_and_nothing_changes(run, data):
+    # a run from before split.json/meta.json were kept: the Trainer's own comparison with the checkpoint
+    # refuses, and it runs before the run files are written
+    (run / "split.json").unlink()
+    (run / "meta.json").unlink()
+    refused(run, "train", "--out", run, "--resume", "--data", data["other"],
+            must_say=("training data differ", "samples then/now"))
+
+
 def test_moved_data_resume(run, data, tmp_path):
     moved = tmp_path / "moved.csv"
     shutil.copyfile(data["own"], moved)
