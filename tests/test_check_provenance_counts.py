@@ -120,3 +120,84 @@ def test_sigmoid_module_into_logits_loss_is_caught(tmp_path):
     f = next(f for f in result.findings if f.id == "double-sigmoid")
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "criterion(model(" in text)
     assert f.evidence["form"] == "sigmoid-into-logits-loss" and f.where.endswith(f":{line}"), f.where
+
+
+# --------------------------------------------------------------------------- loss-average-wrong-count
+
+def test_printed_numbers_carry_their_precision():
+    from torchwise.diagnose.checks.data import _printed_numbers
+    got = _printed_numbers("epoch 3 loss 0.0819 acc 97.25% lr=1e-3 x 1.2345e-05 step12.5 v1.2.3 -2.50")
+    assert [(v, d) for v, d, _ in got] == [(0.0819, 3), (97.25, 4), (1e-3, 1), (1.2345e-05, 5), (-2.5, 3)]
+    assert got[0][2] == pytest.approx(5e-5)
+
+
+WRONG_DATASET = ZOO / "buggy" / "epoch_loss_over_whole_dataset.py"
+MEANS_OVER_SAMPLES = ZOO / "buggy" / "batch_means_over_samples.py"
+
+
+@pytest.mark.parametrize("swaps", [
+    # three significant digits: too few to tell a formula from a coincidence
+    [("train loss {train_loss:.4f}", "train loss {train_loss:.3f}")],
+    # one epoch seen, four digits: one match is not enough
+    [("for epoch in range(4):", "for epoch in range(1):")],
+    # the drawn count is printed too, and it is right: the run is undecided, not reported
+    [("    print(f\"epoch {epoch}: train loss {train_loss:.4f}",
+      "    print(f\"drawn {running / len(train_loader.sampler):.6f}\")\n    print(f\"epoch {epoch}: train loss "
+      "{train_loss:.4f}")],
+], ids=["three-digits", "one-epoch", "right-one-printed-too"])
+def test_loss_average_needs_clear_evidence(tmp_path, swaps):
+    result = run(variant(tmp_path, WRONG_DATASET, *swaps))
+    assert "loss-average-wrong-count" not in ids(result), [f.render() for f in result.findings]
+
+
+def test_loss_average_one_epoch_with_full_precision_is_enough(tmp_path):
+    path = variant(tmp_path, WRONG_DATASET, ("for epoch in range(4):", "for epoch in range(1):"),
+                   ("train loss {train_loss:.4f}", "train loss {train_loss}"))
+    f = next(f for f in run(path).findings if f.id == "loss-average-wrong-count")
+    assert f.evidence["formula"] == "sum(loss*n)/len(dataset)" and f.evidence["epochs"] == [1]
+    assert f.evidence["dataset_len"] == 500 and f.evidence["samples_drawn"] == 400
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.startswith("    print(f\"epoch"))
+    assert f.where.endswith(f":{line}"), f.where
+
+
+def test_a_summed_loss_over_samples_is_right(tmp_path):
+    """reduction="sum": each batch's loss is already a sum, and a sum of them over the samples is the mean."""
+    path = variant(tmp_path, MEANS_OVER_SAMPLES,
+                   ("loss = loss_fn(net(batch_x), batch_y)\n",
+                    "loss = nn.functional.cross_entropy(net(batch_x), batch_y, reduction=\"sum\")\n"))
+    assert "loss-average-wrong-count" not in ids(run(path))
+
+
+def test_drop_last_over_the_dataset_is_not_reported(tmp_path):
+    """len(loader.dataset) with drop_last: a few samples left out, within 10% of the right count."""
+    src = ZOO / "correct" / "sample_sums_over_samples.py"
+    path = variant(tmp_path, src, ("xs = torch.rand(600, 3)", "xs = torch.rand(610, 3)"),
+                   ("batch_size=20, shuffle=True)", "batch_size=20, shuffle=True, drop_last=True)"))
+    assert "loss-average-wrong-count" not in ids(run(path))
+
+
+def test_output_reaches_the_stream_and_a_replaced_stdout_stays(tmp_path):
+    import contextlib
+    import io
+    import sys
+
+    from torchwise.diagnose.runner import run_script
+    path = script(tmp_path, """
+        import sys, io, torch
+        print("before", 1.5)
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad(); model(torch.randn(4, 2)).sum().backward(); opt.step()
+        sys.stdout.write("after 2.25\\n")
+        assert sys.stdout.isatty() in (True, False)
+        sys.stdout = keep = io.StringIO()
+        print("into the script's own stream")
+    """)
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink):
+        result = run_script(str(path), [])
+        replaced = sys.stdout
+    assert result.error is None, result.traceback
+    assert sink.getvalue() == "before 1.5\nafter 2.25\n"
+    assert isinstance(replaced, io.StringIO) and replaced is not sink  # the script's own, as without check
