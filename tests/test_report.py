@@ -33,7 +33,8 @@ def test_report_embeds_all_plots_and_examples(tmp_path):
     thumb = thumbnail_png(Image.new("L", (8, 8), 128))
     worst = [{"id": "/data/dog/7.png", "true": "<dog>", "predicted": "cat", "confidence": 0.9, "png": thumb}]
     summary = {"kind": "image folder", "train_counts": {"cat": 3, "<dog>": 3}, "val_counts": {"cat": 2, "<dog>": 2},
-               "skipped": [{"path": "/data/cat/bad.png", "reason": "OSError: truncated"}]}
+               "skipped": [{"path": "/data/cat/bad.png", "reason": "OSError: truncated"}],
+               "warnings": ["class 'cat' has 1 training example"], "column_types": {"price": "numeric (decimal comma)"}}
     path = write_report(tmp_path, title="test run", summary=summary, evaluation=_classification(),
                         class_names=["cat", "<dog>"], worst=worst, timing={"train_time_s": 1.5, "steps": 20},
                         config={"train": {"lr": 0.001}})
@@ -43,6 +44,8 @@ def test_report_embeds_all_plots_and_examples(tmp_path):
     assert images[-1].size == (96, 96)  # tiny images enlarged for the page
     text = " ".join(page.text)
     assert "bad.png" in text and "OSError: truncated" in text and "Skipped files: 1" in text
+    assert "Data warnings: 1" in page.headings and "class 'cat' has 1 training example" in text
+    assert "numeric (decimal comma)" in text
     assert "<dog>" in text  # escaped in the source, intact once parsed
     assert "<dog>" not in path.read_text().replace("&lt;dog&gt;", "")
 

@@ -100,7 +100,7 @@ def _worst(worst: Sequence[dict[str, Any]]) -> str:
 def _data(summary: dict[str, Any]) -> str:
     parts = []
     facts = [(k, v) for k, v in summary.items()
-             if k not in ("train_counts", "val_counts", "skipped", "classes") and not isinstance(v, (list, dict))]
+             if k not in ("train_counts", "val_counts", "skipped", "classes", "warnings") and not isinstance(v, (list, dict))]
     parts.append(_table(["", ""], facts))
     train, val = summary.get("train_counts") or {}, summary.get("val_counts") or {}
     if train or val:
@@ -108,7 +108,11 @@ def _data(summary: dict[str, Any]) -> str:
         parts.append("<h3>Class counts</h3>" + _table(
             ["class", "train", "val"], [[n, train.get(n, 0), val.get(n, 0)] for n in names]
             + [["total", sum(train.values()), sum(val.values())]]))
-    for key in ("ignored_columns",):
+    warnings = summary.get("warnings") or []
+    if warnings:  # what the data scan could read but a person should know (rare classes, guessed decimal marks)
+        parts.append(f"<h3>Data warnings: {len(warnings)}</h3><ul>"
+                     + "".join(f"<li>{_esc(w)}</li>" for w in warnings) + "</ul>")
+    for key in ("ignored_columns", "column_types"):
         if summary.get(key):
             parts.append(f"<h3>{_esc(key.replace('_', ' '))}</h3>"
                          + _table(["column", "why"], list(summary[key].items())))

@@ -175,11 +175,14 @@ def _categorical(key: str, spec: Mapping[str, Any]) -> Param:
 
 
 def _number(key: str, name: str, value: Any) -> float:
-    # PyYAML reads `1e-4` (no dot) as text; accept it as the number everyone means.
+    # PyYAML reads `1e-4` (no dot) as text; accept it as the number everyone means (the one reader of
+    # numbers in text, as config values use).
     if isinstance(value, str):
+        from torchwise.data.numbers import NumberTextError, read_number
+
         try:
-            value = float(value.strip())
-        except ValueError:
+            value = read_number(value)
+        except NumberTextError:
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"The search-space bound {name!r} must be a finite number.",
