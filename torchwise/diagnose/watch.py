@@ -89,6 +89,18 @@ def _compiling() -> bool:
     return torch.compiler.is_compiling() or _is_exporting() or torch.jit.is_tracing()
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every value of `t` is finite. A sum is finite only if every value is (NaN and inf propagate;
+    +inf and -inf make NaN), and on the CPU it is tens of times faster than isfinite(t).all(), which builds
+    a bool tensor as large as t; only a sum that overflowed (or found a NaN/inf) is looked at value by value."""
+    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+        return True
+    with torch.no_grad():
+        if bool(torch.isfinite(t.detach().sum())):
+            return True
+        return bool(torch.isfinite(t).all())
+
+
 def _unserializable(fn):
     """A tensor hook of ours: torch.save(model) skips it without a warning (it never belongs to the model)."""
     return torch.utils.hooks.unserializable_hook(fn)
@@ -1012,10 +1024,10 @@ class Watcher:
             self._record_relu(module, out, self.module_name(module))
         if self.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \
                 and (self.check_mode or self.first_nonfinite_loss_step is not None):
-            if not bool(torch.isfinite(out).all()):
+            if not all_finite(out):
                 ins = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
-                if all(bool(torch.isfinite(a).all()) for a in ins):
-                    params_ok = all(bool(torch.isfinite(p).all()) for p in module.parameters(recurse=False))
+                if all(all_finite(a) for a in ins):
+                    params_ok = all(all_finite(p) for p in module.parameters(recurse=False))
                     self.nonfinite_culprit = {
                         "module": self.module_name(module), "step": self.steps, "params_finite": params_ok,
                         "where": where_defined(type(module).forward) or user_where(),
@@ -1161,10 +1173,9 @@ class Watcher:
         if not x.is_floating_point() or x.numel() == 0:
             return
         with torch.no_grad():
-            finite = torch.isfinite(x)
-            if not bool(finite.all()):
+            if not all_finite(x):
                 if self.nonfinite_input is None:
-                    self.nonfinite_input = {"step": self.steps, "n_nonfinite": int((~finite).sum()),
+                    self.nonfinite_input = {"step": self.steps, "n_nonfinite": int((~torch.isfinite(x)).sum()),
                                             "numel": x.numel(), "what": "inputs", "where": user_where()}
                 return
             if not train or x.dim() < 2 or x.shape[0] < 2:
@@ -1404,10 +1415,10 @@ class Watcher:
         try:
             if not torch.is_grad_enabled() or getattr(func, "__name__", "") == "__get__":
                 return  # optimizer internals and attribute reads (p.grad) are not where a NaN is born
-            if not isinstance(out, torch.Tensor) or not out.is_floating_point() or bool(torch.isfinite(out).all()):
+            if not isinstance(out, torch.Tensor) or not out.is_floating_point() or all_finite(out):
                 return
             ins = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
-            if ins and all(bool(torch.isfinite(a).all()) for a in ins):
+            if ins and all(all_finite(a) for a in ins):
                 qual = getattr(func, "__qualname__", "") or ""
                 name = getattr(func, "__name__", None) or repr(func)
                 mod = getattr(func, "__module__", None) or ""

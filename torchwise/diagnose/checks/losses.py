@@ -30,6 +30,11 @@ _LM_MIN_VOCAB = 100        # a flattened (B, T, C) output over at least this man
 _RECENT_CALLS = 10         # the last checked loss calls whose predictions tell if a minority class is ignored
 
 
+def _all_finite(t: torch.Tensor) -> bool:
+    from torchwise.diagnose.watch import all_finite
+    return all_finite(t)
+
+
 def _count(w, key: str, hit: bool, where: str | None, info: dict | None = None) -> None:
     w.hits[key + ":n"] = w.hits.get(key + ":n", 0) + 1
     if hit:
@@ -83,7 +88,7 @@ def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict,
         _inspect_binary(w, kind, inp, target, kwargs, where, made_by)
     elif kind == "reg":
         _inspect_regression(w, inp, target, where)
-    if target.is_floating_point() and not bool(torch.isfinite(target).all()) and w.nonfinite_input is None:
+    if target.is_floating_point() and w.nonfinite_input is None and not _all_finite(target):
         w.nonfinite_input = {"step": w.steps, "n_nonfinite": int((~torch.isfinite(target)).sum()),
                              "numel": target.numel(), "what": "targets", "where": where}
 
