@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -108,19 +109,26 @@ SPECIAL = {"data.target": "x2", "model.name": "smallcnn", "model.weights": "/now
 
 
 def changed_text(key: str, tp, saved) -> str:
-    """A valid value other than the saved one, as --set text."""
+    """A valid value other than the saved one, as --set text (any key, including ones added later)."""
     if key in SPECIAL:
         return SPECIAL[key]
+    options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    for option in options:
+        if typing.get_origin(option) is typing.Literal:
+            others = [choice for choice in typing.get_args(option) if choice != saved]
+            if others:
+                return str(others[0])
     if isinstance(saved, bool):
         return str(not saved).lower()
-    if typing.get_origin(tp) is typing.Literal:
-        return next(str(choice) for choice in typing.get_args(tp) if choice != saved)
     if isinstance(saved, int):
         return str(saved + 1)
     if isinstance(saved, float):
         return str(saved / 2)
-    assert saved is None, f"no changed value for {key}={saved!r}: add it to SPECIAL"
-    return "1.0" if float in typing.get_args(tp) else "2"
+    # None, or the one literal of a union ("auto"): a value of the union's other type
+    for option, text in ((bool, "true"), (float, "0.5"), (int, "2")):
+        if option in options:
+            return text
+    raise AssertionError(f"no changed value for {key}={saved!r}: add it to SPECIAL")
 
 
 SETTINGS = [key for key, _ in _fields() if key not in ("train.resume", "output.dir", "data.path")]
