@@ -142,3 +142,35 @@ def test_cli_lr_find_writes_plot_curve_and_applies_to_the_config(image_folder, t
     saved = yaml.safe_load(config.read_text())
     assert saved["train"]["lr"] == pytest.approx(curve["suggested_lr"], rel=1e-2)
     assert saved["train"]["batch_size"] == 16 and saved["data"]["path"] == str(image_folder)
+
+
+class TwoInputs(torch.utils.data.Dataset):
+    """((x1, x2), y) samples, the documented form of a model with two inputs."""
+
+    def __init__(self, n=256):
+        g = torch.Generator().manual_seed(0)
+        self.x1, self.x2 = torch.randn(n, 3, generator=g), torch.randn(n, 2, generator=g)
+        self.y = (self.x1[:, 0] + self.x2[:, 1] > 0).long()
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return (self.x1[i], self.x2[i]), self.y[i]
+
+
+class Joined(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 2)
+
+    def forward(self, a, b):
+        return self.fc(torch.cat([a, b], dim=1))
+
+
+def test_the_sweep_calls_a_two_input_model_with_both_inputs():
+    torch.manual_seed(0)
+    model = Joined()
+    result = lr_find(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), TwoInputs(),
+                     batch_size=32, device="cpu", num_steps=20)
+    assert len(result.lrs) > 0 and all(math.isfinite(v) for v in result.losses[:5])

@@ -94,3 +94,25 @@ def test_report_says_when_the_checks_were_off(tmp_path):
                         evaluation={"problem": "regression", "mae": 1.0, "rmse": 1.5, "r2": 0.9, "examples": 1,
                                     "predicted": [1.0], "actual": [1.0]}, class_names=[])
     assert "the checks were off" in " ".join(parse_report(path).text)
+
+
+def test_quiet_training_still_prints_the_findings_and_the_report_shows_a_clean_run(tmp_path, capfd):
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    import torchwise
+
+    torch.manual_seed(0)
+    x = torch.randn(96, 8)
+    y = (x[:, 0] > 0).long()
+    softmaxed = nn.Sequential(nn.Linear(8, 2), nn.Softmax(dim=1))
+    torchwise.Trainer(softmaxed, lambda p: torch.optim.SGD(p, lr=0.1), train_data=TensorDataset(x, y),
+                      max_epochs=1, out_dir=tmp_path / "quiet", progress=False).fit()
+    assert "softmax-before-loss" in capfd.readouterr().err  # progress=False is --quiet
+    torchwise.Trainer(nn.Linear(8, 2), lambda p: torch.optim.SGD(p, lr=0.1), train_data=TensorDataset(x, y),
+                      val_data=TensorDataset(x[:32], y[:32]), max_epochs=2, out_dir=tmp_path / "clean",
+                      progress=False).fit()
+    path = write_report(tmp_path / "clean", title="clean", summary={"kind": "tensors", "skipped": []},
+                        evaluation=_classification(), class_names=["cat", "<dog>"])
+    assert "No silent mistakes found" in " ".join(parse_report(path).text)

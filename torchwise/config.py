@@ -41,11 +41,15 @@ class DataConfig:
     image_size: int | None = _opt(None, "side of the square model input; none: 224 for torchvision "
                                         "models, the images' median side (at most 64) for smallcnn/mlp", min=4)
     channels: Literal["auto", "gray", "rgb"] = _opt("auto", "auto: gray when every image is grayscale")
-    crop_scale: float = _opt(0.35, "smallest area share kept by the random resized crop (1: no crop)",
-                             min=0.01, max=1.0)
-    hflip: bool = _opt(True, "random horizontal flips when training (off for text, digits, ...)")
-    center_crop: float = _opt(0.875, "val: resize to size/center_crop, then crop the center (1: no crop)",
-                              min=0.1, max=1.0)
+    crop_scale: float | Literal["auto"] = _opt(
+        AUTO, "smallest area share kept by the random resized crop (1: no crop); auto: 0.35, or 0.8 for "
+              "images under 32 pixels (a third of a tiny image rarely holds the object)", min=0.01, max=1.0)
+    hflip: bool | Literal["auto"] = _opt(
+        AUTO, "random horizontal flips when training; auto: on for colour images, off for grayscale ones "
+              "(digits, letters, documents, scans: a mirrored one is another thing)")
+    center_crop: float | Literal["auto"] = _opt(
+        AUTO, "val: resize to size/center_crop, then crop the center (1: no crop); auto: 0.875, or 1 for "
+              "images under 32 pixels (they are the object, tightly framed)", min=0.1, max=1.0)
     missing: Literal["drop", "impute"] = _opt(
         "drop", "CSV rows with missing feature values: drop them, or impute (mean / '<missing>')")
     decimal: Literal["auto", "point", "comma"] = _opt(

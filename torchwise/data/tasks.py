@@ -6,6 +6,8 @@ labelled data for it. Both return a `Task`, the one shape the CLI, the Trainer a
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import time
@@ -200,6 +202,12 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
     gray = d.channels == "gray" or (d.channels == "auto" and scan.grayscale)
     mode, channels = ("L", 1) if gray else ("RGB", 3)
     side = image_side(config, model_name, scan.median_side)
+    augmentation = transforms.decide_augmentation(d.crop_scale, d.hflip, d.center_crop, gray=gray,
+                                                  median_side=scan.median_side)
+    # from here on the data settings are the decided ones (the cache size depends on the center crop)
+    d = dataclasses.replace(d, crop_scale=augmentation.crop_scale, hflip=augmentation.hflip,
+                            center_crop=augmentation.center_crop)
+    config = dataclasses.replace(config, data=d)
     cache, cache_line = _image_cache(config, scan, mode, channels, side, progress=progress, log=log)
     log(f"data: image cache: {cache_line}")
     stat_tf = transforms.stats_transform(side, center_crop=d.center_crop)
@@ -244,7 +252,8 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
     if split_warnings:
         summary["warnings"] = list(summary.get("warnings") or []) + split_warnings
     summary.update({"input": f"{channels}x{side}x{side}", "normalization": stats_source, "cache": cache_line,
-                    "augmentation": "on the device, per batch" if batch_augment is not None else "in the loader"})
+                    "augmentation": ("on the device, per batch" if batch_augment is not None else "in the loader")
+                    + f": {augmentation.describe()}"})
     return Task(
         kind="image", problem="classification", train=train_ds, val=val_ds, class_names=scan.class_names,
         input_size=[channels, side, side], mean=mean, std=std,

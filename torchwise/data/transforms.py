@@ -6,7 +6,46 @@ every time it is measured.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+SMALL_IMAGE_SIDE = 32  # below it, ImageNet's crop conventions cut away the object itself
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """The image augmentation of a run, with each "auto" decided from the data, and why."""
+    crop_scale: float
+    hflip: bool
+    center_crop: float
+    why: str = ""
+
+    def describe(self) -> str:
+        crop = "no random crop" if self.crop_scale >= 1 else f"random crop >= {self.crop_scale:g} of the area"
+        flips = "flips" if self.hflip else "no flips"
+        val = "val uncropped" if self.center_crop >= 1 else f"val center crop {self.center_crop:g}"
+        return f"{crop}, {flips}, {val}" + (f" ({self.why})" if self.why else "")
+
+
+def decide_augmentation(crop_scale: Any, hflip: Any, center_crop: Any, *, gray: bool,
+                        median_side: int) -> Augmentation:
+    """Settings as given, each "auto" chosen for the images at hand: ImageNet's conventions (crops down
+    to 35% of the area, flips, a 0.875 center crop) suit photos of objects, not 8x8 digits."""
+    small = median_side < SMALL_IMAGE_SIDE
+    reasons = []
+    if small and "auto" in (crop_scale, center_crop):
+        reasons.append(f"images of {median_side} pixels")
+    if crop_scale == "auto":
+        crop_scale = 0.8 if small else 0.35
+    if center_crop == "auto":
+        center_crop = 1.0 if small else 0.875
+    if hflip == "auto":
+        hflip = not gray
+        if gray:
+            reasons.append("grayscale: a mirrored digit or letter is another thing")
+    return Augmentation(float(crop_scale), bool(hflip), float(center_crop),
+                        why="auto: " + ", ".join(reasons) if reasons else "")
 
 
 def _to_float():

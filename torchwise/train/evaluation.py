@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from torchwise.train import input_checks as checks
-from torchwise.train.batches import batch_size_of, move_to
+from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.distributed import DistEnv, gather_objects, max_across
 from torchwise.train.precision import Precision
 from torchwise.train.reproducibility import capture_rng_state, restore_rng_state
@@ -45,7 +45,7 @@ class Evaluator:
         try:
             with torch.inference_mode(), self.precision.autocast(self.device):
                 for index, batch in enumerate(batches):
-                    inputs, target = checks.model_inputs(move_to(batch, self.device, non_blocking))
+                    inputs, target = split_batch(move_to(batch, self.device, non_blocking))
                     if self.prepare_inputs is not None:
                         inputs = (self.prepare_inputs(inputs[0]), *inputs[1:])
                     out = self._forward(inputs, target, first=index == 0)

@@ -21,7 +21,7 @@ from torch import nn
 from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
 from torchwise.train import checkpoint as ckpt
 from torchwise.train import distributed, shape_watch
-from torchwise.train.batches import batch_size_of, move_to
+from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.distributed import DistEnv, barrier, gather_objects, sum_across
 from torchwise.train.early_stop import EarlyStopping
 from torchwise.train.evaluation import Evaluator, MetricFn
@@ -380,7 +380,7 @@ class Trainer:
         return map(prepare, raw)
 
     def _prepare_batch(self, batch: Any, epoch: int, index: int) -> tuple[tuple[Any, ...], Any, int]:
-        inputs, target = checks_.model_inputs(move_to(batch, self.device, self.device.type == "cuda"))
+        inputs, target = split_batch(move_to(batch, self.device, self.device.type == "cuda"))
         if self.batch_augment is not None:
             # Seeded from (seed, rank, epoch, batch): a resumed run draws the same crops and flips.
             self._augment_gen.manual_seed(derive_seed(self.seed, self.dist.rank, epoch, index, 0xA6))
@@ -765,12 +765,12 @@ class Trainer:
         found = self.watcher.findings()
         self.watcher.detach()
         self.evaluator.watcher = None
-        if found and self.dist.is_main:
-            text = self.watcher.render(found)
-            if self.progress_mode is not False:
-                print(text, file=sys.stderr)
-            if self.out_dir is not None:
-                (self.out_dir / "checks.json").write_text(json.dumps(self.watcher.report(), indent=2, default=str))
+        if self.dist.is_main:
+            # Findings are warnings, not progress: progress=False (--quiet) hides the bar, never these.
+            if found:
+                print(self.watcher.render(found), file=sys.stderr)
+            if self.out_dir is not None:  # clean runs too: the report says what was watched
+                (self.out_dir / "checks.json").write_text(json.dumps(self.watcher.report(found), indent=2, default=str))
         return [f.to_dict() for f in found]
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
