@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import statistics
 import sys
@@ -93,18 +94,20 @@ def all_finite(t: torch.Tensor) -> bool:
     """Whether every value of `t` is finite. A sum is finite only if every value is (NaN and inf propagate;
     +inf and -inf make NaN), and on the CPU it is tens of times faster than isfinite(t).all(), which builds
     a bool tensor as large as t; only a sum that overflowed (or found a NaN/inf) is looked at value by value."""
-    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+    if not t.is_floating_point():
+        return not t.is_complex() or bool(torch.isfinite(t).all())
+    if t.numel() == 0:
         return True
-    with torch.no_grad():
-        if bool(torch.isfinite(t.detach().sum())):
-            return True
-        return bool(torch.isfinite(t).all())
+    return math.isfinite(t.detach().sum().item()) or bool(torch.isfinite(t).all())
 
 
 def _unserializable(fn):
     """A tensor hook of ours: torch.save(model) skips it without a warning (it never belongs to the model)."""
     return torch.utils.hooks.unserializable_hook(fn)
-NONFINITE_HUNT_STEPS = 50  # deep steps after the first nan/inf loss, looking for the module that makes it
+NONFINITE_HUNT_STEPS = 50
+# check mode: every operation's output is looked at for NaN/inf in the first OP_HUNT_STEPS optimizer steps (a
+# NaN from the start), and again from the first non-finite loss or module output on (the next forwards)
+OP_HUNT_STEPS = 10  # deep steps after the first nan/inf loss, looking for the module that makes it
 TRAIN_REPEAT_PROBE = 5000  # training rows over which the chance of a repeated sample is measured
 SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes remembered (cudnn-benchmark-varying-shapes needs 9)
 
@@ -1032,6 +1035,8 @@ class Watcher:
                         "module": self.module_name(module), "step": self.steps, "params_finite": params_ok,
                         "where": where_defined(type(module).forward) or user_where(),
                         "n_nonfinite": int((~torch.isfinite(out)).sum()), "numel": out.numel()}
+                    if self.nonfinite_op is None and self._mode is not None:
+                        self._op_hunt = True  # the module made it: name its operation at the next forwards
 
     # Hooks never break the user's program: a checker bug loses evidence, not the training run.
     def _mod_pre(self, module, args):
@@ -1549,7 +1554,8 @@ class Watcher:
                 self.epoch_without_eval = True
             self._after_epoch = False
         self._eval_group_open = False
-        if self._op_hunt and self.steps >= self.deep_first and self.first_nonfinite_loss_step is None:
+        if self._op_hunt and self.steps >= min(self.deep_first, OP_HUNT_STEPS) and \
+                self.first_nonfinite_loss_step is None and self.nonfinite_culprit is None:
             self._op_hunt = False
         if self._deep and self._bw_refs:
             with _quiet():
