@@ -295,6 +295,18 @@ _TOKEN_FUNCS = {F.embedding, F.one_hot}
 _INPLACE_FUNCS = {getattr(torch.Tensor, n) for n in ("__isub__", "__iadd__", "sub_", "add_", "copy_", "addcmul_",
                                                        "addcdiv_", "mul_", "lerp_")}
 _ACCUM_NAMES = {"add", "add_", "__add__", "__radd__", "__iadd__", "sum", "stack", "cat"}
+# operations that turn finite inputs into NaN/inf by themselves (log of 0, sqrt of < 0, division by 0, overflow):
+# looked at in every deep step of a check run, so that a NaN born late is still named (other operations only
+# in the first OP_HUNT_STEPS steps and after a non-finite value is seen)
+_NAN_PRONE_NAMES = ("log", "log2", "log10", "log1p", "sqrt", "rsqrt", "div", "true_divide", "pow", "exp", "exp2",
+                    "reciprocal", "acos", "asin", "atanh", "acosh", "lgamma", "digamma", "erfinv", "std", "var",
+                    "xlogy", "logit", "float_power", "fmod", "remainder")
+_NAN_PRONE = {f for f in [getattr(torch, n, None) for n in _NAN_PRONE_NAMES]
+              + [getattr(torch.Tensor, n, None) for n in _NAN_PRONE_NAMES]
+              + [getattr(torch.Tensor, n + "_", None) for n in _NAN_PRONE_NAMES]
+              + [getattr(torch.Tensor, n, None) for n in ("__truediv__", "__rtruediv__", "__itruediv__",
+                                                           "__pow__", "__rpow__", "__ipow__", "__mod__")]
+              if f is not None}
 
 
 
@@ -434,7 +446,7 @@ class _Mode(TorchFunctionMode):
         if not (w._deep or w._loss_scope):
             return _call_torch(func, args, kwargs)
         out = _call_torch(func, args, kwargs)
-        if w._op_hunt:
+        if w._op_hunt or (w.check_mode and w.nonfinite_op is None and func in _NAN_PRONE):
             w._hunt_op(func, args, out)
         try:
             kind = _LOSS_KINDS.get(func)
