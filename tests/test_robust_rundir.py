@@ -516,3 +516,28 @@ def test_ctrl_c_prints_the_command_that_continues_the_run(data, tmp_path):
 
     assert ckpt.find_resume_checkpoint(True, run) is not None
     assert not list((run / "checkpoints").glob(".tmp-*"))  # an interrupted write leaves nothing half done
+
+
+def test_a_checkpoint_moved_aside_for_a_resave_comes_back_when_the_process_died_between_renames(tmp_path):
+    """save_checkpoint replaces a step saved again by renaming the old one to .old-NAME-PID first; a
+    crash right then leaves that as the only copy: clean_stale restores it instead of deleting it."""
+    import os
+
+    import torch
+
+    from torchwise.train import checkpoint as ckpt
+
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    saved = ckpt.save_checkpoint(root, 7, {"w": torch.ones(3)}, {"position": {"step": 7}})
+    os.replace(saved, root / f".old-{saved.name}-12345")  # the state between the two renames
+    assert ckpt.list_checkpoints(root) == []
+    ckpt.clean_stale(root)
+    assert [p.name for p in ckpt.list_checkpoints(root)] == [saved.name]
+    weights, state = ckpt.load_checkpoint(saved)
+    assert torch.equal(weights["w"], torch.ones(3)) and state["position"]["step"] == 7
+    # an .old- copy whose step is there and complete is only a leftover: removed
+    again = ckpt.save_checkpoint(root, 7, {"w": torch.zeros(3)}, {"position": {"step": 7}})
+    (root / f".old-{again.name}-999").mkdir()
+    ckpt.clean_stale(root)
+    assert sorted(p.name for p in root.iterdir()) == [again.name]

@@ -174,6 +174,7 @@ FLAG_KEYS: dict[str, str] = {
     "data": "data.path",
     "target": "data.target",
     "problem": "data.problem",
+    "decimal": "data.decimal",
     "val_fraction": "data.val_fraction",
     "image_size": "data.image_size",
     "missing": "data.missing",

@@ -79,6 +79,13 @@ def torchvision_names() -> list[str]:
     return sorted(tvm.list_models(module=tvm))
 
 
+def check_model_name(name: str) -> None:
+    """Refuse a model name that build_model cannot build (with did-you-mean), before any data is read.
+    A `pkg.module:callable` is checked when it is imported."""
+    if ":" not in name and name not in BUILTIN and name not in torchvision_names():
+        raise _unknown_model(name)
+
+
 def _unknown_model(name: str) -> TorchwiseError:
     import difflib
 

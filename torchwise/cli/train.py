@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--image-size", metavar="N", help="square input side (default: 224 for torchvision models, "
                                                         "the images' median side up to 64 for smallcnn/mlp)")
     data.add_argument("--missing", metavar="HOW", help="CSV rows with missing values: drop (default) or impute")
+    data.add_argument("--decimal", metavar="MARK", help="CSV: the decimal mark of number columns: auto (default), "
+                                                         "point or comma")
     data.add_argument("--num-workers", metavar="N", help="DataLoader workers (default auto)")
     model = parser.add_argument_group("model")
     model.add_argument("--model", metavar="NAME", help="auto (default), smallcnn, mlp, resnet18, mobilenet_v3_small, "
@@ -193,8 +195,7 @@ def _check_up_front(config) -> None:
         raise TorchwiseError("The data path does not exist.", values={"data": d.path},
                              fix="pass --data an image folder or a CSV file")
     name = resolve_model_name(config.model.name, "tabular" if is_csv(d.path) else "image")
-    if ":" not in name and name not in models.BUILTIN and name not in models.torchvision_names():
-        raise models._unknown_model(name)
+    models.check_model_name(name)
     if config.model.weights and not config.train.resume and not Path(config.model.weights).is_file():
         raise TorchwiseError("The --weights file does not exist.", values={"weights": config.model.weights},
                              fix="pass the path of a local .safetensors or .pt state dict (nothing is downloaded)")
@@ -429,8 +430,14 @@ def _train_in(config, run_dir: Path, staging: Path | None, dist_env, log, on_tra
         trainer.events.on("fit_start", lambda **_: _publish(staging, run_dir))
     if on_trainer is not None:
         on_trainer(trainer)
+    # On Ctrl-C the Trainer saves a checkpoint and prints how to resume: the command, not the Python call.
+    trainer.interrupt_hint = _resume_command(config)
     fit_started = time.perf_counter()
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except KeyboardInterrupt as exc:
+        exc.resume_said = True  # type: ignore[attr-defined]  (run() then does not say it twice)
+        raise
     timing = _timing(result, time.perf_counter() - fit_started, config, task, trainer)
 
     evaluation, worst = _evaluate(trainer, task, meta, run_dir, config.output.worst_examples, write=main)
@@ -606,22 +613,27 @@ def run(args: argparse.Namespace) -> int:
     try:
         train_run(config)
         succeeded = True
-    except KeyboardInterrupt:
-        _say_how_to_resume(config)
+    except KeyboardInterrupt as exc:
+        if not getattr(exc, "resume_said", False):  # interrupted before training (data scan, set-up)
+            _say_how_to_resume(config)
         raise  # the CLI's own answer to Ctrl-C: exit status 130
     finally:
         leave(together=succeeded)  # under torchrun: every rank leaves the group before the interpreter ends
     return 0
 
 
-def _say_how_to_resume(config) -> None:
-    """After Ctrl-C: the exact command that continues the run, when it has a checkpoint to continue from."""
+def _resume_command(config) -> str:
     import shlex
 
+    return f"torchwise train --out {shlex.quote(str(config.output.dir))} --resume"
+
+
+def _say_how_to_resume(config) -> None:
+    """After Ctrl-C: the exact command that continues the run, when it has a checkpoint to continue from."""
     from torchwise.train import checkpoint as ckpt
 
     if config.output.dir and os.environ.get("RANK", "0") == "0":
         found = ckpt.list_checkpoints(Path(config.output.dir) / "checkpoints")
         if found:
             print(f"torchwise train: interrupted; {found[-1].name} is saved. Continue with:\n"
-                  f"  torchwise train --out {shlex.quote(str(config.output.dir))} --resume", file=sys.stderr)
+                  f"  {_resume_command(config)}", file=sys.stderr)

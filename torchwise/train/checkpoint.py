@@ -253,7 +253,16 @@ def clean_stale(root: Path) -> list[str]:
     """Remove leftovers of writes that were killed midway; returns their names."""
     removed = []
     if root.is_dir():
-        for p in root.iterdir():
+        for p in sorted(root.iterdir()):
+            # A checkpoint moved aside to be replaced by a newer save of its step, when the process died
+            # between the two renames: it is the only copy of that step, so it goes back, not away.
+            if p.name.startswith(".old-") and p.is_dir():
+                name = p.name[len(".old-"):].rsplit("-", 1)[0]
+                target = root / name
+                if is_complete(p) and not is_complete(target):
+                    shutil.rmtree(target, ignore_errors=True)
+                    os.replace(p, target)
+                    continue
             if p.name.startswith((".tmp-", ".old-")) or (p.is_dir() and p.name.startswith(PREFIX) and not is_complete(p)):
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p.name)
