@@ -19,8 +19,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 install: $(VENV)/.installed
 
+# writes torchwise-demo/ in the current directory: the data, the run, its export (the README tour goes on from it)
 demo: install
-	$(VENV)/bin/torchwise demo --out demo-run
+	$(VENV)/bin/torchwise demo
 
 test: install
 	$(PY) -m pytest -q -ra tests
@@ -34,4 +35,4 @@ corpus: install
 	$(PY) corpus/run_corpus.py --install-needs --json corpus/results.json
 
 clean:
-	rm -rf $(VENV) demo-run
+	rm -rf $(VENV) torchwise-demo

@@ -29,13 +29,102 @@ def test_python_example_runs_as_written(tmp_path):
     assert again.returncode != 0 and "already holds checkpoints" in again.stderr
 
 
-def console_commands(section_marker: str) -> list[str]:
-    """The `$ ` lines of the console blocks after `section_marker`, up to the next `## ` heading."""
+def console_sessions(section_marker: str) -> list[tuple[str, list[str]]]:
+    """(command, the output lines README shows for it) for each `$ ` line of the console blocks after
+    `section_marker`, up to the next `## ` heading."""
     section = README.split(section_marker, 1)[1].split("\n## ", 1)[0]
-    commands = []
+    sessions: list[tuple[str, list[str]]] = []
     for block in re.findall(r"```console\n(.*?)```", section, re.S):
-        commands += [line[2:] for line in block.splitlines() if line.startswith("$ ")]
-    return commands
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                sessions.append((line[2:], []))
+            elif sessions and line.strip():
+                sessions[-1][1].append(line)
+    return sessions
+
+
+def console_commands(section_marker: str) -> list[str]:
+    return [command for command, _ in console_sessions(section_marker)]
+
+
+# --- README's numbers against the run's -----------------------------------------------------------
+# A number README shows is checked against the same line of the real output: counts exactly, scores
+# within a tolerance (another CPU may round differently), times, sizes and throughput not at all
+# (they belong to the machine, and benchmarks measure them).
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
+MACHINE_UNITS = re.compile(r"\s?(?:s|ms|samples/s|B|KiB|MiB|GiB)\b|\s?s\)")
+SCORE_ABS_TOL, SCORE_REL_TOL = 0.03, 0.10
+
+
+def _numbers(line: str) -> list[tuple[str, bool]]:
+    """Each number of the line with whether it is a machine measurement (a time, size or speed)."""
+    found = []
+    for m in NUMBER.finditer(line):
+        after = line[m.end():m.end() + 12]
+        machine = bool(MACHINE_UNITS.match(after)) or "e" in m.group().lower()  # 1.9e-06: rounding noise
+        found.append((m.group(), machine))
+    return found
+
+
+def _value(token: str) -> float:
+    return float(token.rstrip("%").replace(",", ""))
+
+
+def _close(shown: str, got: str) -> bool:
+    a, b = _value(shown), _value(got)
+    if shown.endswith("%"):  # a share (agreement, memory saved): within a few points
+        return abs(a - b) <= 3.0 + SCORE_REL_TOL / 2 * abs(a)
+    if re.fullmatch(r"[-+]?[\d,]+", shown):  # a count (examples, steps, classes): exact
+        return a == b
+    if 0.0 <= a <= 1.0 and len(shown.split(".")[-1]) >= 3:  # a score in [0, 1] (accuracy, F1, ...)
+        return abs(a - b) <= SCORE_ABS_TOL
+    return abs(a - b) <= SCORE_REL_TOL * max(abs(a), abs(b))
+
+
+def _key(line: str) -> str:
+    """What identifies a line: its words before the first number (the rest of the line is checked)."""
+    return " ".join(NUMBER.split(line, maxsplit=1)[0].split())
+
+
+def readme_number_mismatches(shown: list[str], printed: str) -> list[str]:
+    """README lines whose numbers disagree with the line of the same words in the real output."""
+    printed_lines = [line for line in printed.splitlines() if line.strip()]
+    machine_columns: set[int] = set()
+    problems = []
+    for line in shown:
+        if line.strip() in ("...", "") or not _numbers(line):
+            if "duration_s" in line:  # a table header: its timing column holds machine numbers
+                machine_columns = {i for i, word in enumerate(line.split()) if word.endswith("_s")}
+            continue
+        key = _key(line)
+        candidates = [p for p in printed_lines if _key(p) == key and len(_numbers(p)) == len(_numbers(line))]
+        if not candidates:
+            problems.append(f"README shows {line!r}; no printed line starts {key!r} with as many numbers")
+            continue
+        words = line.split()
+        machine_here = {words[i] for i in machine_columns if i < len(words)}
+
+        def agrees(candidate: str) -> bool:
+            return all(machine or token in machine_here or _close(token, got)
+                       for (token, machine), (got, _) in zip(_numbers(line), _numbers(candidate)))
+
+        if not any(agrees(c) for c in candidates):
+            problems.append(f"README shows {line!r}; the run printed {candidates[0]!r}")
+    return problems
+
+
+def test_the_number_comparison_tells_drift_from_noise():
+    shown = ["done: val accuracy 0.9694 after 69 steps (3 epochs) in 4.1 s (1050.2 samples/s)"]
+    assert readme_number_mismatches(shown, "done: val accuracy 0.9612 after 69 steps (3 epochs) in 9.9 s (301.0 samples/s)") == []
+    assert readme_number_mismatches(shown, "done: val accuracy 0.7075 after 69 steps (3 epochs) in 4.1 s (1050.2 samples/s)")
+    assert readme_number_mismatches(shown, "done: val accuracy 0.9694 after 70 steps (3 epochs) in 4.1 s (1050.2 samples/s)")
+    assert readme_number_mismatches(shown, "something else entirely")
+    table = ["trial  state     val_loss  train.lr  duration_s", "0      complete  0.3308    0.002288  6.41"]
+    assert readme_number_mismatches(table, "0      complete  0.3390    0.002288  1.20") == []
+    assert readme_number_mismatches(table, "0      complete  0.9000    0.002288  6.41")
+    saved = ["measured peak 142.9 MiB -> 101.2 MiB (29% less)"]
+    assert readme_number_mismatches(saved, "measured peak 143.7 MiB -> 101.2 MiB (30% less)") == []
+    assert readme_number_mismatches(saved, "measured peak 143.7 MiB -> 131.2 MiB (9% less)")
 
 
 # What a README command is expected to end with (all others must succeed).
@@ -51,8 +140,14 @@ def run_readme_command(command: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
-def run_and_check(commands: list[str], cwd: Path) -> None:
-    for command in commands:
+# Commands whose output describes the machine they run on (its GPU, its workers), not the code.
+MACHINE_REPORTS = (" doctor",)
+
+
+def run_and_check(sessions: list[tuple[str, list[str]]], cwd: Path) -> list[str]:
+    """Run each command; assert its exit status; return README's numbers that the run contradicts."""
+    mismatches = []
+    for command, shown in sessions:
         proc = run_readme_command(command, cwd)
         expected = next((v for k, v in EXPECTED_FAILURES.items() if k in command), None)
         if expected is None:
@@ -62,22 +157,27 @@ def run_and_check(commands: list[str], cwd: Path) -> None:
         else:
             assert proc.returncode == expected[0] and expected[1] in proc.stdout + proc.stderr, \
                 f"{command}\n{proc.stdout}\n{proc.stderr}"
+        if not any(marker in command for marker in MACHINE_REPORTS):
+            printed = (proc.stdout + proc.stderr).replace(f"{cwd}/", "")  # README shows paths relative to it
+            mismatches += [f"$ {command}: {m}" for m in readme_number_mismatches(shown, printed)]
+    return mismatches
 
 
 def test_every_command_of_the_cli_tour_and_the_toolbox_runs(tmp_path):
-    tour = console_commands("<!-- readme-tour")
-    assert tour[0].startswith("torchwise demo") and len(tour) >= 7
-    toolbox = console_commands("<!-- readme-toolbox")
-    assert {c.split()[1] for c in toolbox} == {"lr-find", "summary", "memory"}
-    ddp = console_commands("<!-- readme-ddp")
-    assert len(ddp) == 1 and "--nproc 2" in ddp[0]
+    tour = console_sessions("<!-- readme-tour")
+    assert tour[0][0].startswith("torchwise demo") and len(tour) >= 7
+    toolbox = console_sessions("<!-- readme-toolbox")
+    assert {c.split()[1] for c, _ in toolbox} == {"lr-find", "summary", "memory"}
+    ddp = console_sessions("<!-- readme-ddp")
+    assert len(ddp) == 1 and "--nproc 2" in ddp[0][0]
     space = README.split("<!-- readme-space", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "space.yaml").write_text(space)
-    tune = console_commands("<!-- readme-space")
-    assert [c.split()[1] for c in tune] == ["tune", "train"]
-    run_and_check(tour + toolbox + tune + ddp, tmp_path)
+    tune = console_sessions("<!-- readme-space")
+    assert [c.split()[1] for c, _ in tune] == ["tune", "train"]
+    mismatches = run_and_check(tour + toolbox + tune + ddp, tmp_path)
     assert (tmp_path / "runs" / "search" / "best.yaml").is_file()
     assert (tmp_path / "lr-find" / "lr_find.png").is_file()
+    assert not mismatches, "README's numbers drifted from what the commands print:\n" + "\n".join(mismatches)
 
 
 def test_the_check_example_finds_its_two_planted_mistakes(tmp_path):
