@@ -115,13 +115,13 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
-    import torchwise
+    from torchwise.version import __version__
 
     parser = Parser(
         prog="torchwise",
         description="The practical PyTorch training chain, done right.",
     )
-    parser.add_argument("--version", action="version", version=f"torchwise {torchwise.__version__}")
+    parser.add_argument("--version", action="version", version=f"torchwise {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
     for name, (module, help_text) in _available().items():

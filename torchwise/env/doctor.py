@@ -616,12 +616,9 @@ def run_doctor(*, dataloader_workers: int = 2, progress: Callable[[str], None] |
         "cuda_available": bool(torch.cuda.is_available()),
         "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
     }
-    try:
-        import torchwise
+    from torchwise.version import __version__
 
-        env["torchwise"] = torchwise.__version__
-    except Exception:
-        pass
+    env["torchwise"] = __version__
     return DoctorReport(checks, env, time.perf_counter() - start)
 
 
