@@ -55,8 +55,13 @@ class Precision:
         # cache=False inside CUDA-graph capture: cached casts would be tensors from outside the graph
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype, cache_enabled=cache)
 
+    def grad_scaler(self, device: torch.device) -> torch.amp.GradScaler:
+        """Always a GradScaler; a disabled one (fp32, bf16) passes scale/unscale_/step/update through."""
+        return torch.amp.GradScaler(device.type, enabled=self.use_grad_scaler)
+
     def make_scaler(self, device: torch.device):
-        return torch.amp.GradScaler(device.type) if self.use_grad_scaler else None
+        """The GradScaler when loss scaling is used, else None."""
+        return self.grad_scaler(device) if self.use_grad_scaler else None
 
 
 def choose_precision(requested: str, device: torch.device) -> Precision:

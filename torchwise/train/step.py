@@ -1,4 +1,12 @@
-"""One optimizer step: the seed articles' loop, in the right order, on one screen."""
+"""The training step: ONE body (`StepRunner.body`) that every path runs, in the right order, on one screen.
+
+The eager step, the sync-free step, the CUDA-graph capture (train/graphed_step.py), lr-find, the
+memory measurement (toolbox/memory.py) and the overfit check (diagnose/sanity.py) all run `body`;
+only how its one finite check is read differs: on the host (one sync per step, every optimizer),
+or on the device (a fused optimizer's found_inf: no sync, capturable). The wrappers around it
+(out-of-memory adaptation, the compile fallback, the choice of those paths) are put together in
+one place: train/step_wrappers.py's `compose_step`.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -13,6 +21,8 @@ from torchwise.errors import TorchwiseError
 from torchwise.train import input_checks as checks
 from torchwise.train.distributed import DistEnv, sum_across
 from torchwise.train.precision import Precision
+
+OVERFLOW = "fp16 gradient overflow (loss scale lowered)"
 
 
 @dataclass
@@ -35,65 +45,66 @@ class StepRunner:
         self.dist = dist_env
         self.watcher = watcher if watcher is not None else _NoWatcher()  # torchwise check's detectors
         self.precision, self.device, self.clip = precision, device, clip_grad_norm
-        self.scaler = precision.make_scaler(device)
+        # Always a GradScaler: a disabled one (fp32, bf16) passes scale/unscale_/step/update through, so the
+        # body has no `if scaler`. `scaler` (checkpoints, the fast plan) stays None when no loss scaling runs.
+        self.amp = precision.grad_scaler(device)
+        self.scaler = self.amp if self.amp.is_enabled() else None
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self._loss_checked = False
         # fn(output, target) on the first batch, before its loss: the Trainer's check of the labels
         self.check_first_batch: Callable[[Any, Any], None] | None = None
-        self.sync_free = False  # fast "sync_free": run_on_device() instead of the step below
+        self.sync_free = False  # fast "sync_free": run_on_device() instead of run_eager()
         self.graphed: Any = None  # fast "cuda_graph": a train.graphed_step.GraphedStep
         # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
         self._has_no_sync = hasattr(model, "no_sync")
         self._fsdp = hasattr(model, "set_requires_gradient_sync")
 
     def run(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
-        """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them."""
-        model, opt, scaler = self.model, self.optimizer, self.scaler
-        if self.graphed is not None:  # fast "cuda_graph": replays the captured step where it can
+        """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them.
+        The path is chosen by `compose_step` (train/step_wrappers.py): graph replay, sync-free or eager."""
+        if self.graphed is not None:  # fast "cuda_graph": replays the captured body where it can
             return self.graphed.run(micro_batches, measure_norm)
         if self.sync_free:
             return self.run_on_device(micro_batches, measure_norm)
-        total = sum(n for _, _, n in micro_batches)
+        return self.run_eager(micro_batches, measure_norm)
+
+    def body(self, micro: list[tuple[tuple[Any, ...], Any, int]], *, on_device: bool = False,
+             cache_casts: bool = True) -> _HostCheck | _DeviceCheck:
+        """THE training step. on_device: the finite check stays on the device (no host sync: the host
+        queues the whole step at once, and a CUDA graph can capture it; needs a fused optimizer)."""
+        opt, scaler = self.optimizer, self.amp
+        total = sum(n for _, _, n in micro)
+        # Inside a CUDA-graph capture the gradients are None here, so backward allocates them in the graph's pool
         opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for i, (inputs, target, n) in enumerate(micro_batches):
-            last = i == len(micro_batches) - 1
-            with self._no_sync(last):
-                with self.precision.autocast(self.device), self.watcher.loss_scope():
-                    loss = self._loss(model, inputs, target)
+        losses = []
+        for i, (inputs, target, n) in enumerate(micro):
+            with self._no_sync(i == len(micro) - 1):
+                with self.precision.autocast(self.device, cache_casts), self.watcher.loss_scope():
+                    loss = self._loss(self.model, inputs, target)
                 self._check_loss(loss)
-                value = loss.item()
-                if not self._all_finite(value):
-                    reason = f"non-finite loss ({value})" if not math.isfinite(value) else "non-finite loss on another rank"
-                    return StepResult(value, None, reason, total)
+                self.watcher.observe_backward(loss)
                 # Weighting by sample count makes N accumulated micro-batches equal one batch N times larger,
                 # also when the last micro-batch of an epoch is short (dividing by N would not).
-                weighted = loss * (n / total) if n != total else loss
-                self.watcher.observe_backward(loss)
-                (scaler.scale(weighted) if scaler is not None else weighted).backward()
-            loss_sum += value * n
-        if scaler is not None:
-            scaler.unscale_(opt)  # clip and measure true gradients, not scaled ones
-        norm = None
+                scaler.scale(loss * (n / total) if n != total else loss).backward()
+            losses.append((loss.detach(), n))
+        scaler.unscale_(opt)  # clip and measure true gradients, not scaled ones
+        norm = total_norm(self.params, self.device)
         if self.clip is not None:
-            norm = _to_float(nn.utils.clip_grad_norm_(self.params, self.clip))
-        elif measure_norm:
-            norm = grad_norm(self.params)
-        if scaler is not None:
-            scale_before = scaler.get_scale()
-            scaler.step(opt)   # skips the update by itself when gradients hold inf/nan
-            scaler.update()
-            if scaler.get_scale() < scale_before:
-                return StepResult(loss_sum / total, norm, "fp16 gradient overflow (loss scale lowered)", total)
-        else:
-            if norm is not None and not math.isfinite(norm):
-                return StepResult(loss_sum / total, norm, f"non-finite gradient norm ({norm})", total)
-            opt.step()
-        return StepResult(loss_sum / total, norm, None, total)
+            clip_with_norm(self.params, self.clip, norm)
+        check = (_DeviceCheck if on_device else _HostCheck)(self, losses, total, norm)  # the one finite check
+        with check.optimizer_told(opt):  # on the device: a fused optimizer skips by itself on check.found
+            if check.step:
+                scaler.step(opt)
+        scaler.update(check.keep_scale)  # lowers the fp16 loss scale after an overflow
+        return check
+
+    def run_eager(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
+        """The step with its finite check read on the host: any optimizer, fp16's GradScaler included."""
+        return self.body(micro_batches).result(measure_norm or self.clip is not None)
 
     def run_on_device(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool, *,
                       cache_casts: bool = True) -> StepResult:
-        """fast "sync_free": the same step, with one host sync at its end instead of one per micro-batch.
+        """fast "sync_free": the same body, with its one host sync after the update instead of before it.
         A non-finite loss or gradient skips the update on the device (the fused optimizer's found_inf)."""
         loss, found, norm = self.device_body(micro_batches, cache_casts=cache_casts)
         loss_value, bad, norm_value = torch.stack([loss, found, norm]).tolist()  # the step's one sync
@@ -102,35 +113,10 @@ class StepRunner:
 
     def device_body(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], *,
                     cache_casts: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Forward, backward, finiteness, clipping and update with no host sync, so that the host queues
-        the whole step at once (and a CUDA graph can capture it). Returns device scalars: the mean loss,
+        """`body` with no host sync (what a CUDA graph captures). Returns device scalars: the mean loss,
         1.0 when the update was skipped, and the gradient norm before clipping."""
-        model, opt = self.model, self.optimizer
-        total = sum(n for _, _, n in micro_batches)
-        # Inside a CUDA-graph capture the gradients are None here, so backward allocates them in the graph's pool
-        opt.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), device=self.device)
-        for i, (inputs, target, n) in enumerate(micro_batches):
-            with self._no_sync(i == len(micro_batches) - 1):
-                with self.precision.autocast(self.device, cache_casts), self.watcher.loss_scope():
-                    loss = self._loss(model, inputs, target)
-                self._check_loss(loss)
-                self.watcher.observe_backward(loss)
-                (loss * (n / total) if n != total else loss).backward()
-            loss_sum += loss.detach().float() * n
-        norm = _device_norm([p.grad for p in self.params if p.grad is not None], self.device)
-        found = (~torch.isfinite(loss_sum) | ~torch.isfinite(norm)).float()
-        if self.dist.enabled:  # every rank skips together, or none does
-            torch.distributed.all_reduce(found, op=torch.distributed.ReduceOp.MAX)
-        if self.clip is not None:  # as clip_grad_norm_ does, without reading the norm on the host
-            coef = torch.clamp(self.clip / (norm + 1e-6), max=1.0)
-            torch._foreach_mul_([p.grad for p in self.params if p.grad is not None], coef)
-        opt.found_inf = found  # read by fused optimizers: no update, no step count, when it is 1
-        try:
-            opt.step()
-        finally:
-            del opt.found_inf
-        return loss_sum / total, found, norm
+        check = self.body(micro_batches, on_device=True, cache_casts=cache_casts)
+        return check.loss, check.found, check.norm
 
     def result(self, loss: float, bad: float, norm: float, total: int, measured: bool) -> StepResult:
         """The host's view of a device step."""
@@ -142,13 +128,10 @@ class StepRunner:
             return StepResult(loss, norm, f"non-finite gradient norm ({norm})", total)
         return StepResult(loss, norm, "non-finite loss or gradient on another rank", total)
 
-    def _all_finite(self, value: float) -> bool:
-        """Under DDP the decision is taken by all ranks together: a rank that skipped backward alone
-        would leave the others waiting in the gradient all-reduce forever."""
-        bad = 0.0 if math.isfinite(value) else 1.0
-        if self.dist.enabled:
-            bad = sum_across([bad], self.dist, self.device)[0]
-        return bad == 0.0
+    def _across_ranks(self, *bad: float) -> list[float]:
+        """Under DDP the decision is taken by all ranks together: a rank that skipped its update alone
+        would train on other weights than the others. Returns each flag summed over the ranks."""
+        return sum_across(list(bad), self.dist, self.device)
 
     def _no_sync(self, last_micro_batch: bool):
         # Under DDP, only the last micro-batch of an accumulated step needs the gradient all-reduce.
@@ -203,6 +186,64 @@ class StepRunner:
         self._loss_checked = True
 
 
+
+class _HostCheck:
+    """The finite check read on the host: every loss and the gradient norm in one sync, then one
+    collective under DDP (every rank skips together, or none does)."""
+
+    def __init__(self, runner: StepRunner, losses: list[tuple[torch.Tensor, int]], total: int, norm: torch.Tensor):
+        norm = _full(norm)
+        *values, self.norm = torch.stack([*(loss.to(norm.device) for loss, _ in losses), norm]).tolist()
+        loss_sum = 0.0
+        for value, (_, n) in zip(values, losses):
+            loss_sum += value * n
+        self.mean, self.total, self.overflow_possible = loss_sum / total, total, runner.amp.is_enabled()
+        self.bad_loss = next((v for v in values if not math.isfinite(v)), None)
+        bad_losses, bad_norms = runner._across_ranks(float(self.bad_loss is not None), float(not math.isfinite(self.norm)))
+        self.loss_elsewhere, self.step = bool(bad_losses), not (bad_losses or bad_norms)
+        # A non-finite loss is the forward's, not an fp16 overflow of backward: the loss scale stays as it was.
+        self.keep_scale = runner.amp.get_scale() if bad_losses else None
+
+    def optimizer_told(self, optimizer: torch.optim.Optimizer):
+        return _NULL_SCOPE
+
+    def result(self, measured: bool) -> StepResult:
+        norm = self.norm if measured else None
+        if self.step:
+            return StepResult(self.mean, norm, None, self.total)
+        if self.bad_loss is not None:
+            return StepResult(self.bad_loss, None, f"non-finite loss ({self.bad_loss})", self.total)
+        if self.loss_elsewhere:
+            return StepResult(self.mean, None, "non-finite loss on another rank", self.total)
+        if self.overflow_possible:  # the GradScaler's update just lowered the scale
+            return StepResult(self.mean, norm, OVERFLOW, self.total)
+        return StepResult(self.mean, self.norm, f"non-finite gradient norm ({self.norm})", self.total)
+
+
+class _DeviceCheck:
+    """The finite check kept on the device: a 0/1 flag (max over the ranks) that a fused optimizer
+    reads as found_inf, skipping the update and its step count on the device."""
+
+    step, keep_scale = True, None
+
+    def __init__(self, runner: StepRunner, losses: list[tuple[torch.Tensor, int]], total: int, norm: torch.Tensor):
+        loss_sum = torch.zeros((), device=runner.device)
+        for loss, n in losses:
+            loss_sum += loss.float() * n
+        self.loss, self.norm = loss_sum / total, norm
+        self.found = (~torch.isfinite(loss_sum) | ~torch.isfinite(norm)).float()
+        if runner.dist.enabled:  # every rank skips together, or none does
+            torch.distributed.all_reduce(self.found, op=torch.distributed.ReduceOp.MAX)
+
+    @contextlib.contextmanager
+    def optimizer_told(self, optimizer: torch.optim.Optimizer):
+        optimizer.found_inf = self.found
+        try:
+            yield
+        finally:
+            del optimizer.found_inf
+
+
 def _passes_through(exc: BaseException) -> bool:
     """Errors the step's callers act on by their type: out of memory (OOMGuard), compile failures (the
     eager fallback), torchwise's own."""
@@ -228,25 +269,37 @@ class _NoWatcher:
         pass
 
 
-def grad_norm(params: list[torch.Tensor]) -> float:
+def total_norm(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The global L2 norm of the gradients, as a device scalar (no host sync): what clip_grad_norm_ computes."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
-        return 0.0
-    if hasattr(nn.utils, "get_total_norm"):
-        return _to_float(nn.utils.get_total_norm(grads))
-    return _to_float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-
-
-def _device_norm(grads: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    if not grads:
         return torch.zeros((), device=device)
-    norms = torch._foreach_norm(grads)
-    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    if hasattr(nn.utils, "get_total_norm"):  # torch >= 2.6
+        return nn.utils.get_total_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
+
+
+def clip_with_norm(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """clip_grad_norm_'s scaling, from a norm already computed (no host sync)."""
+    if hasattr(nn.utils, "clip_grads_with_norm_"):  # torch >= 2.6
+        nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+
+
+def grad_norm(params: list[torch.Tensor]) -> float:
+    return _to_float(total_norm(list(params), torch.device("cpu")))
+
+
+def _full(norm: torch.Tensor) -> torch.Tensor:
+    # Under FSDP the norm is a DTensor holding this rank's part; full_tensor() reduces it across ranks.
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
 def _to_float(norm: torch.Tensor) -> float:
-    # Under FSDP the norm is a DTensor holding this rank's part; full_tensor() reduces it across ranks.
-    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    return float(_full(norm))
 
 
 @contextlib.contextmanager
