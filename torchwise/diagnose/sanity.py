@@ -17,6 +17,9 @@ from torchwise.diagnose.catalog import Finding
 def overfit_one_batch(model: nn.Module, inputs: Any, targets: torch.Tensor, loss_fn: Callable, *,
                       steps: int = 300, lr: float = 1e-3, batch: int = 16, target_ratio: float = 0.05) -> dict:
     """Train a copy of `model` on the first `batch` samples only; report whether the loss nearly vanishes."""
+    from torchwise.train.precision import choose_precision
+    from torchwise.train.step import StepRunner
+
     m = copy.deepcopy(model)
     m.train()
     for mod in m.modules():  # dropout would stop a perfect fit on purpose; it is not what we test
@@ -26,19 +29,22 @@ def overfit_one_batch(model: nn.Module, inputs: Any, targets: torch.Tensor, loss
                  (inputs if isinstance(inputs, tuple) else (inputs,)))
     y = targets[:batch]
     opt = torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=lr)
+    device = next((p.device for p in m.parameters()), torch.device("cpu"))
+    # The Trainer's own step body (train/step.py); fp32, no clipping: the plain loop of the seed's check
+    runner = StepRunner(m, opt, loss_fn, choose_precision("fp32", device), device, None)
+    micro = [(args, y, int(y.shape[0]))]
     first = last = None
     with torch.enable_grad():
         for i in range(steps):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(m(*args), y)
-            value = float(loss.detach())
+            # the loss before this step's update: a nan one skips the update, and the loop stops on it
+            result = runner.run(micro, measure_norm=False)
+            value = result.loss
             if first is None:
                 first = value
             last = value
-            if value != value or value <= first * target_ratio * 0.2:
+            # a skipped update (non-finite gradients) would repeat: nothing more to learn
+            if value != value or value <= first * target_ratio * 0.2 or result.skipped:
                 break
-            loss.backward()
-            opt.step()
     ok = last == last and (last <= first * target_ratio or last < 1e-3)
     return {"ok": bool(ok), "initial_loss": first, "final_loss": last, "steps": i + 1, "batch": int(y.shape[0])}
 

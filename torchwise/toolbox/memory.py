@@ -305,28 +305,26 @@ def memory_estimate(model: nn.Module, example_input: Any, *, batch_size: int | N
 
 def _train_steps(model: nn.Module, inputs: tuple[Any, ...], precision: str, optimizer_name: str, task: str,
                  loss_fn: Callable | None, steps: int, after_step: Callable[[], None] | None = None) -> None:
+    """`steps` training steps on `inputs`, each the Trainer's own step body (train/step.py: autocast,
+    GradScaler for fp16, the finite check, the update), so what is measured is what training runs."""
+    from torchwise.train.precision import choose_precision
+    from torchwise.train.step import StepRunner
+
     device = inputs[0].device
     opt = make_optimizer(optimizer_name, [p for p in model.parameters() if p.requires_grad])
-    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     loss_fn = loss_fn or default_loss(task)
+    made: list[torch.Tensor] = []
+
+    def loss_on_made_target(out: torch.Tensor, _: Any) -> torch.Tensor:
+        if not made:  # a target shaped like the first output, kept for the later steps
+            made.append(target_for(out, task))
+        return loss_fn(out, made[0])
+
+    runner = StepRunner(model, opt, loss_on_made_target, choose_precision(precision, device), device, None)
     model.train()
-    target = None
+    micro = [(inputs, None, int(inputs[0].shape[0]))]
     for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        with autocast_for(precision, device):
-            out = model(*inputs)
-        if target is None:
-            target = target_for(out, task)
-        loss = loss_fn(out, target)
-        del out
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        del loss
+        runner.run(micro, measure_norm=False)
         if after_step is not None:
             after_step()
 

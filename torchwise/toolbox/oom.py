@@ -1,186 +1,35 @@
 """Out-of-memory recovery for the train step: `on_oom="adapt"` and `on_oom="raise"`.
 
-`OOMGuard` wraps the Trainer's `StepRunner` (same `run(micro_batches, measure_norm)` and `scaler`):
-
-- "adapt": when a step runs out of memory, the step is freed (gradients dropped, the exception and
-  its frames released, the CUDA cache emptied), every micro-batch is split in two and the SAME step
-  is run again. The StepRunner weights each micro-batch's loss by its share of the samples, so two
-  halves accumulate exactly the gradient of the whole: the effective batch and the result stay the
-  same (up to float rounding; BatchNorm statistics are the one thing that sees the smaller
-  micro-batch). The split is kept for the rest of the run, and said once per halving.
-- "raise": the out-of-memory error is raised as before — still a `torch.OutOfMemoryError`, so
-  existing `except` clauses keep working — with the seed's remedies and this run's numbers in it.
-
-A step is retried only if the optimizer had not started updating the weights (parameter version
-counters unchanged): a half-applied update must not be applied twice.
+The guard itself (`OOMGuard`) is one of the step's wrappers and lives with them in
+torchwise/train/step_wrappers.py (its docstring says what each mode does); it is re-exported here,
+with the helpers, for the code that imports them from this module. `install` puts it around a
+Trainer's step from outside, through the same composition the Trainer uses.
 """
 from __future__ import annotations
 
-import gc
-import sys
 from typing import Any, Callable
 
-import torch
+from torchwise.train.step_wrappers import (MODES, OOMGuard, TrainingOutOfMemory, _split, compose_step, find_layer,
+                                           free_memory, is_oom, remedies, split_micro_batches)
 
-from torchwise.errors import TorchwiseError
-
-MODES = ("adapt", "raise")
-
-
-class TrainingOutOfMemory(TorchwiseError, torch.OutOfMemoryError):
-    """Out of memory in a training step, with the remedies; also a torch.OutOfMemoryError."""
-
-
-def is_oom(exc: BaseException) -> bool:
-    """The allocator's own error type, and the out-of-memory RuntimeErrors of other paths (cuDNN
-    workspaces, the CPU allocator, MPS)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    if isinstance(exc, RuntimeError):
-        text = str(exc)
-        return any(s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "can't allocate memory",
-                                       "CUBLAS_STATUS_ALLOC_FAILED"))
-    return False
-
-
-def free_memory(optimizer: torch.optim.Optimizer | None = None) -> None:
-    if optimizer is not None:
-        optimizer.zero_grad(set_to_none=True)
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-
-
-def remedies(micro_batch: int | None, accumulate: int | None) -> str:
-    half = f"batch {micro_batch // 2} x accumulate {2 * accumulate}" if micro_batch and micro_batch > 1 and accumulate \
-        else "a smaller batch with more accumulation"
-    return ("in the order to try them: 1) on_oom='adapt' (or by hand: " + half + ": same effective batch, same "
-            "result); 2) mixed precision: precision='bf16' (or 'fp16' on GPUs without bf16); 3) gradient "
-            "checkpointing: torchwise.toolbox.checkpointing.enable_checkpointing(model); 4) a lighter optimizer "
-            "state: SGD with momentum keeps one buffer per weight, Adam two; 5) log loss.item(), not loss, and "
-            "del large tensors you keep; `torchwise memory` shows where the memory goes and "
-            "`torchwise memory --find-batch-size` the largest batch that fits.")
-
-
-def _split(obj: Any, parts: int) -> list[Any] | None:
-    if isinstance(obj, torch.Tensor):
-        return list(torch.tensor_split(obj, parts)) if obj.ndim else None
-    if isinstance(obj, (list, tuple)):
-        pieces = [_split(o, parts) for o in obj]
-        if any(p is None for p in pieces):
-            return None
-        return [type(obj)(p[i] for p in pieces) for i in range(parts)]
-    if isinstance(obj, dict):
-        pieces = {k: _split(v, parts) for k, v in obj.items()}
-        if any(p is None for p in pieces.values()):
-            return None
-        return [{k: v[i] for k, v in pieces.items()} for i in range(parts)]
-    return None
-
-
-def split_micro_batches(micro: list[tuple[tuple[Any, ...], Any, int]], parts: int) -> list | None:
-    """Each (inputs, target, n) into `parts` pieces along the batch dimension; None if impossible."""
-    from torchwise.train.batches import batch_size_of
-
-    out = []
-    for inputs, target, n in micro:
-        k = min(parts, n)
-        if k <= 1:
-            out.append((inputs, target, n))
-            continue
-        ins, tgts = _split(inputs, k), _split(target, k)
-        if ins is None or tgts is None:
-            return None
-        out += [(i, t, batch_size_of(t)) for i, t in zip(ins, tgts)]
-    return out
-
-
-class OOMGuard:
-    """Wraps a StepRunner; see the module docstring."""
-
-    def __init__(self, runner: Any, mode: str = "adapt", notify: Callable[[str], None] | None = None,
-                 accumulate: int = 1):
-        if mode not in MODES:
-            raise TorchwiseError("Unknown on_oom mode.", values={"on_oom": mode, "allowed": ", ".join(MODES)},
-                                 fix="'adapt' halves the micro-batch and doubles accumulation; 'raise' stops.")
-        self.runner, self.mode, self.accumulate = runner, mode, accumulate
-        self.notify = notify or (lambda text: print(text, file=sys.stderr, flush=True))
-        self.parts = 1          # each loader batch is run as this many micro-batches
-        self.steps = 0
-        self.events: list[dict[str, Any]] = []
-
-    @property
-    def scaler(self):
-        return self.runner.scaler
-
-    def __getattr__(self, name: str) -> Any:  # everything else the Trainer may read from its runner
-        runner = self.__dict__.get("runner")
-        if runner is None:
-            raise AttributeError(name)
-        return getattr(runner, name)
-
-    def run(self, micro_batches: list, measure_norm: bool):
-        self.steps += 1
-        micro = micro_batches
-        if self.parts > 1:
-            micro = split_micro_batches(micro_batches, self.parts) or micro_batches
-        # Only "adapt" retries a step, and only it needs to know whether the optimizer had already written
-        # to the weights; the default "raise" adds nothing to the step's hot path.
-        params = self.runner.params if self.mode == "adapt" else []
-        while True:
-            versions = [p._version for p in params]
-            failure = None
-            try:
-                return self.runner.run(micro, measure_norm)
-            except Exception as exc:  # noqa: BLE001 - anything that is not an OOM is re-raised at once
-                if not is_oom(exc):
-                    raise
-                failure = str(exc).strip().splitlines()[0][:300]
-                if self.mode == "raise":
-                    raise self._error(failure, micro, "on_oom='raise'") from exc
-            # Out of the except block: the exception, its traceback and the frames' tensors are gone.
-            free_memory(self.runner.optimizer)
-            largest = max(n for _, _, n in micro)
-            if any(p._version != v for p, v in zip(params, versions)):
-                raise self._error(failure, micro, "the optimizer had already started updating the weights, so "
-                                                  "the step cannot be repeated safely")
-            if getattr(getattr(self.runner, "dist", None), "enabled", False):
-                raise self._error(failure, micro, "under DDP every rank must take the same number of "
-                                                  "micro-steps; adapting on one rank alone would hang the others")
-            smaller = split_micro_batches(micro, 2) if largest > 1 else None
-            if smaller is None:
-                raise self._error(failure, micro, "the micro-batch cannot be split further")
-            self.parts *= 2
-            new_largest = max(n for _, _, n in smaller)
-            total = sum(n for _, _, n in micro)
-            self.events.append({"step": self.steps, "from": largest, "to": new_largest, "error": failure})
-            self.notify(f"torchwise: step {self.steps}: out of memory with micro-batch {largest}; continuing with "
-                        f"micro-batch {new_largest} x {self.accumulate * self.parts} accumulation steps "
-                        f"(effective batch {total} and results unchanged). ({failure})")
-            micro = smaller
-
-    def _error(self, failure: str | None, micro: list, why: str) -> TrainingOutOfMemory:
-        largest = max(n for _, _, n in micro)
-        return TrainingOutOfMemory(
-            f"Out of memory in training step {self.steps} ({why}).",
-            values={"error": failure or "-", "micro-batch": largest,
-                    "accumulation": self.accumulate * self.parts,
-                    "effective batch": sum(n for _, _, n in micro)},
-            fix=remedies(largest, self.accumulate * self.parts))
+__all__ = ["MODES", "OOMGuard", "TrainingOutOfMemory", "free_memory", "install", "is_oom", "remedies",
+           "split_micro_batches", "_split"]
 
 
 def install(trainer: Any, mode: str = "adapt", notify: Callable[[str], None] | None = None):
-    """Put an OOMGuard around `trainer`'s step runner when fit() starts; returns the event handle
+    """Put an OOM guard around `trainer`'s step when fit() starts; returns the event handle
     (`.remove()` undoes it for later fits). Works with the Trainer's public `on()` events."""
     if mode not in MODES:
         OOMGuard(None, mode)  # raises the clear error
 
     def wrap(trainer: Any, **_: Any) -> None:
-        if isinstance(trainer.step_runner, OOMGuard):  # the Trainer's own guard: switch its mode
-            trainer.step_runner.mode = mode
+        guard = find_layer(trainer.step_runner, OOMGuard)
+        if guard is not None:  # the Trainer's own guard: switch its mode
+            guard.mode = mode
             if notify is not None:
-                trainer.step_runner.notify = notify
-        else:
-            trainer.step_runner = OOMGuard(trainer.step_runner, mode, notify, accumulate=trainer.accumulate)
+                guard.notify = notify
+        else:  # device_steps=None: the step keeps the path the Trainer chose
+            trainer.step_runner = compose_step(trainer.step_runner, on_oom=mode, notify=notify,
+                                               accumulate=trainer.accumulate)
 
     return trainer.on("fit_start", wrap)

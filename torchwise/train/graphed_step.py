@@ -2,8 +2,9 @@
 
 Small and mid-size models are launch-bound on modern GPUs: the host spends a few microseconds on
 each of a step's hundreds of kernel launches while the GPU waits. A CUDA graph launches all of
-them at once. What is captured is `StepRunner.device_body`: forward, backward, the non-finite
-flag, clipping and the fused optimizer's update (skipped on the device for a non-finite step).
+them at once. What is captured is the one step body, `StepRunner.body` (train/step.py), run with
+its finite check on the device (`device_body`): forward, backward, clipping, the non-finite flag
+and the fused optimizer's update (skipped on the device for a non-finite step).
 
 What a graph needs, and how it gets it here:
 - Fixed addresses: each batch is copied into tensors allocated at capture; the graph's gradients
@@ -13,12 +14,12 @@ What a graph needs, and how it gets it here:
 - A learning rate the scheduler can change: during capture each param group's lr is a device
   tensor; afterwards the group holds its float again (what schedulers, logs and checkpoints
   read) and the tensor is refilled from it before a replay whenever it changed.
-- No host sync inside: device_body has none; autocast's cast cache is off during capture.
+- No host sync inside: the body on the device has none; autocast's cast cache is off during capture.
 - One stream for the warm-up and the capture: cuBLAS keeps a handle and a workspace per stream,
   created at first use; created inside a capture they would come from the graph's pool.
 - The same autocast cast-cache setting (off) in the eager steps as in the graph: torch.compile
   guards on it and would recompile inside the capture, which it cannot do.
-Steps the graph cannot replay run eagerly through the same device_body, on the same parameters
+Steps the graph cannot replay run eagerly through the same body, on the same parameters
 and optimizer state: the warm-up, a batch of another shape (a short last batch), the Watcher's
 deep steps (its hooks are Python, which a replay would skip), and steps whose optimizer settings
 other than the learning rate changed since the capture (OneCycleLR cycles Adam's beta1; the

@@ -247,8 +247,8 @@ class _DeviceCheck:
 def _passes_through(exc: BaseException) -> bool:
     """Errors the step's callers act on by their type: out of memory (OOMGuard), compile failures (the
     eager fallback), torchwise's own."""
-    from torchwise.toolbox.oom import is_oom
     from torchwise.train.fast import is_compile_failure
+    from torchwise.train.step_wrappers import is_oom
 
     return isinstance(exc, TorchwiseError) or is_oom(exc) or is_compile_failure(exc)
 
