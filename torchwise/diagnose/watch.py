@@ -417,6 +417,13 @@ def _call_torch(func, args, kwargs):
     finally:
         _live = None
         if _warnings.filters is filters:
+            if len(filters) != 1 or filters[0] is not _ALWAYS:
+                # the call ran code that changed the filters (a hook calling warnings.simplefilter): keep the
+                # entries it added, in front of the user's, as they would be without the swap
+                added = [e for e in filters if e is not _ALWAYS]
+                if added:
+                    saved_filters[:0] = [e for e in added if e not in saved_filters]
+                    _warnings._filters_mutated()
             _warnings.filters = saved_filters
         if _warnings._showwarnmsg is _record_warning:
             _warnings._showwarnmsg = saved_show
