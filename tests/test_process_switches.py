@@ -63,7 +63,7 @@ def test_a_script_that_chose_deterministic_kernels_keeps_them(clean_switches):
     seen = switches_during_fit(t)
     t.fit()
     assert all(s[0] for s in seen)
-    assert "your script turned them on" in t._determinism_note
+    assert "your script turned them on" in t.determinism_note
     assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
 
     t = trainer(deterministic=False)  # asked for explicitly: off for the run, restored afterwards

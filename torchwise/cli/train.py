@@ -455,25 +455,28 @@ def _train_in(config, run_dir: Path, staging: Path | None, dist_env, log, on_tra
     return summary
 
 
-def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
-    from torchwise.train.early_stop import EarlyStopping
-    from torchwise.train.trainer import Trainer
+# The CLI's train.* keys that are not Trainer settings: they build the optimizer, the loss and the process.
+CLI_ONLY = frozenset({"lr", "weight_decay", "optimizer", "class_weights", "threads"})
+
+
+def trainer_settings(config, run_dir: Path | None = None) -> dict[str, Any]:
+    """The Trainer's settings from a RunConfig: every train.* key is the Trainer setting of the same name
+    (or in CLI_ONLY); the data loader's workers, the progress bars and the run directory come from the
+    data and output sections; the whole RunConfig is recorded with the run."""
+    from torchwise.train.settings import FLAT
 
     t = config.train
-    return Trainer(
-        model, optimizer=_optimizer_factory(t), train_data=task.train, val_data=task.val,
-        loss=task.loss(), task=task.problem, max_epochs=t.epochs, max_steps=t.max_steps, batch_size=t.batch_size,
-        eval_batch_size=t.eval_batch_size,
-        accumulate=t.accumulate, clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
-        seed=t.seed, deterministic=t.deterministic, out_dir=run_dir, checkpoint_every=t.checkpoint_every,
-        keep_last=t.keep_last, resume=t.resume, progress=config.output.progress,
-        scheduler=None if t.scheduler == "none" else t.scheduler, warmup_steps=t.warmup_steps,
-        early_stopping=EarlyStopping(patience=t.early_stopping) if t.early_stopping else None,
-        num_workers=config.data.num_workers, config=config.to_dict(), metadata=meta, strategy=t.strategy,
-        on_oom=t.on_oom, eval_every=t.eval_every, profile=t.profile,
-        fast=t.fast if t.fast in ("auto", "off") else [part.strip() for part in t.fast.split(",") if part.strip()],
-        batch_augment=task.batch_augment, batch_eval=task.batch_eval,
-    )
+    shared = {f.name: getattr(t, f.name) for f in dataclasses.fields(t) if f.name in FLAT}
+    return {**shared, "num_workers": config.data.num_workers, "progress": config.output.progress,
+            "out_dir": run_dir if run_dir is not None else config.output.dir, "run_config": config.to_dict()}
+
+
+def _make_trainer(config, task, model, run_dir: Path, meta: dict[str, Any]):
+    from torchwise.train.trainer import Trainer
+
+    return Trainer(model, optimizer=_optimizer_factory(config.train), loss=task.loss(), train_data=task.train,
+                   val_data=task.val, task=task.problem, metadata=meta, batch_augment=task.batch_augment,
+                   batch_eval=task.batch_eval, **trainer_settings(config, run_dir))
 
 
 def _timing(result, train_time: float, config, task, trainer) -> dict[str, Any]:

@@ -1,10 +1,16 @@
-"""Early stopping on a monitored validation metric."""
+"""Early stopping on a monitored validation metric.
+
+Whether an evaluation improves is decided by a `Monitor` (torchwise.train.monitor): the Trainer's own,
+the same one that picks the best weights, once the EarlyStopping is given to a Trainer; standing
+alone, one made from this object's monitor/mode/min_delta.
+"""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
 from torchwise.errors import ConfigError
+from torchwise.train.monitor import Monitor
 
 
 @dataclass
@@ -14,11 +20,12 @@ class EarlyStopping:
     monitor: str | None = None
     patience: int = 5          # evaluations without improvement before stopping
     mode: str | None = None    # "min" for losses, "max" for accuracies
-    min_delta: float = 0.0
+    min_delta: float | None = None  # None: the Trainer's (default 0.0: any improvement counts)
     restore_best: bool = True  # put the best weights back at the end of fit()
     # progress, saved in checkpoints
     best: float = field(default=math.nan)
     bad_evaluations: int = 0
+    judge: Monitor | None = field(default=None, repr=False, compare=False)  # set by the Trainer (follow)
 
     def __post_init__(self) -> None:
         from torchwise.train.input_checks import infer_mode, is_int
@@ -33,11 +40,17 @@ class EarlyStopping:
         if not is_int(self.patience) or self.patience < 1:
             raise ConfigError("EarlyStopping patience must be an integer of at least 1.",
                               values={"patience": self.patience}, fix="Pass patience=5 or so.")
-        if not isinstance(self.min_delta, (int, float)) or isinstance(self.min_delta, bool) or not self.min_delta >= 0:
-            raise ConfigError("EarlyStopping min_delta must be a number >= 0.", values={"min_delta": self.min_delta},
+        d = self.min_delta
+        if d is not None and (not isinstance(d, (int, float)) or isinstance(d, bool) or not d >= 0):
+            raise ConfigError("EarlyStopping min_delta must be a number >= 0.", values={"min_delta": d},
                               fix="Pass min_delta=0.0 (any improvement counts) or a small positive number.")
         if self.mode is None and self.monitor is not None:
             self.mode = infer_mode(self.monitor)  # None still: the Trainer's mode decides, or it asks
+
+    def follow(self, judge: Monitor) -> None:
+        """Use the Trainer's monitor (one judge of improvement for the best weights and the stop)."""
+        self.judge = judge
+        self.monitor, self.mode, self.min_delta = judge.name, judge.mode, judge.min_delta
 
     def update(self, value: float) -> bool:
         """Record one evaluation; returns True when training should stop."""
@@ -49,17 +62,12 @@ class EarlyStopping:
         return self.bad_evaluations >= self.patience
 
     def improved(self, value: float) -> bool:
-        if self.mode is None:
+        if self.judge is None and self.mode is None:
             raise ConfigError("EarlyStopping does not know whether a higher or lower value is better.",
                               values={"monitor": self.monitor, "mode": None},
                               fix="Pass mode='max' (accuracies) or mode='min' (losses).")
-        if math.isnan(value):
-            return False
-        if math.isnan(self.best):
-            return True
-        if self.mode == "min":
-            return value < self.best - self.min_delta
-        return value > self.best + self.min_delta
+        judge = self.judge or Monitor(self.monitor or "val_loss", self.mode, self.min_delta or 0.0)
+        return judge.is_better(value, self.best)
 
     def state_dict(self) -> dict:
         return {"best": self.best, "bad_evaluations": self.bad_evaluations}

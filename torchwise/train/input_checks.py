@@ -396,3 +396,19 @@ def check_number(value: Any, name: str) -> float:
                              values={"metric": name, "returned": type(value).__name__, "error": str(exc)[:200]},
                              fix="Return a float (or a one-element tensor), e.g. float((pred == y).float().mean()).")
     return number if not math.isnan(number) else math.nan
+
+
+def resolve_judge(monitor: str | None, mode: str | None, min_delta: float | None, early_stopping: Any, task: str,
+                  metrics: Iterable[str], has_val: bool):
+    """The run's one `Monitor` (metric, direction, smallest improvement): the Trainer's settings and the
+    EarlyStopping's, each given once or the same in both (resolve_monitor)."""
+    from torchwise.train.monitor import Monitor
+
+    name, direction = resolve_monitor(monitor, mode, early_stopping, task, metrics, has_val)
+    es_delta = getattr(early_stopping, "min_delta", None)
+    require(min_delta is None or es_delta is None or float(min_delta) == float(es_delta),
+            "The Trainer and its EarlyStopping disagree on min_delta.",
+            {"Trainer min_delta": min_delta, "EarlyStopping min_delta": es_delta},
+            "Give min_delta once (Trainer(min_delta=...) or EarlyStopping(min_delta=...)).")
+    delta = min_delta if min_delta is not None else es_delta
+    return Monitor(name, direction, float(delta or 0.0))

@@ -62,3 +62,50 @@ class InterruptGuard:
         self.pending = True
         print("torchwise: interrupt received: stopping after this optimizer step to save a checkpoint "
               "(press Ctrl-C again to stop at once).", file=sys.stderr, flush=True)
+
+
+class InterruptHandling:
+    """The Trainer's side of Ctrl-C (a mixin: its methods are the Trainer's own): the safe points of the
+    loop, the checkpoint written there and the resume hint."""
+
+    def safe_point(self) -> None:
+        """Between optimizer steps, after the step's evaluation and checkpoint: the state a checkpoint
+        taken now holds is exactly the state a resumed run continues from."""
+        if self.interrupt.pending:
+            self.stop_for_interrupt()
+
+    def stop_for_interrupt(self) -> None:
+        from torchwise.train import checkpoint as ckpt
+
+        path, out_dir = None, self.config.out_dir
+        if out_dir is not None:
+            path = out_dir / "checkpoints" / ckpt.checkpoint_name(self.pos.step)
+            if not ckpt.is_complete(path):  # not saved at this step already (checkpoint_every, epoch end)
+                print(f"torchwise: saving a checkpoint at step {self.pos.step} ...", file=sys.stderr, flush=True)
+                self.files.save_checkpoint()
+        self.interrupted_checkpoint = path
+        self.say_interrupted(path)
+        self.interrupt.deferring = False
+        raise KeyboardInterrupt
+
+    def say_interrupted(self, path: Any) -> None:
+        from torchwise.train import checkpoint as ckpt
+
+        self.interrupt.handled = True
+        if not self.dist.is_main:
+            return
+        step, out_dir = self.pos.step, self.config.out_dir
+        if path is not None:
+            hint = self.interrupt_hint or (f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit() with the "
+                                           "same arguments continues exactly where it stopped")
+            print(f"torchwise: interrupted at step {step}; checkpoint saved: {path}\n"
+                  f"torchwise: to resume: {hint}", file=sys.stderr, flush=True)
+        elif out_dir is None:
+            print(f"torchwise: interrupted at step {step}; nothing was saved (no out_dir). Pass out_dir=... to make "
+                  "an interrupted run resumable.", file=sys.stderr, flush=True)
+        else:
+            latest = ckpt.list_checkpoints(out_dir / "checkpoints")
+            where = f"the latest complete checkpoint is {latest[-1]}" if latest else "no checkpoint was written yet"
+            hint = self.interrupt_hint or f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit()"
+            print(f"torchwise: interrupted at step {step} before a checkpoint of it could be written; {where}"
+                  + (f"\ntorchwise: to resume from it: {hint}" if latest else ""), file=sys.stderr, flush=True)

@@ -1,0 +1,355 @@
+"""The Trainer's settings: one typed tree, grouped by concern, validated on construction.
+
+    TrainerConfig(loop=LoopSettings(epochs=3, batch_size=32), eval=EvalSettings(monitor="val_acc"))
+    config.batch_size                                                     # a setting by its flat name
+    Trainer(model, opt, train_data=..., epochs=3, batch_size=32)        # the same, by flat names
+
+Every setting has one name, the same in Python and in the CLI's config (train.epochs, train.batch_size,
+...). A flat name (`batch_size=32`) finds its place in the tree; an old name (`max_epochs=`) is mapped
+to the new one (ALIASES, listed in docs/CONTRACTS.md); an unknown one is refused with a did-you-mean.
+Values are checked the way torchwise.config checks the CLI's: the value, what is allowed, a fix.
+
+The resolved tree (`TrainerConfig.to_dict()`) is what a checkpoint records as the run's config, and
+what `RUN/trainer_config.json` holds, whichever door (Python or the CLI) started the run.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from torchwise.errors import ConfigError
+from torchwise.train.input_checks import did_you_mean, is_int
+
+TASKS = ("classification", "regression")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # torchwise.train.precision.PRECISIONS (checked in a test)
+STRATEGIES = ("auto", "ddp", "fsdp")           # torchwise.train.distributed.STRATEGIES
+
+# old Python keyword -> its one name now (the CLI's word); accepted and mapped
+ALIASES = {"max_epochs": "epochs"}
+
+
+def _require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
+    if not ok:
+        raise ConfigError(what, values=values, fix=fix)
+
+
+def _int_at_least(section: Any, names: Iterable[str], low: int, optional: bool = False) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if optional:
+            _require(value is None or (is_int(value) and value >= low), f"{name} must be None or an integer >= {low}.",
+                     {name: value}, f"Pass {name}=None or a positive number of optimizer steps.")
+        else:
+            _require(is_int(value) and value >= low, f"{name} must be an integer >= {low}.", {name: value},
+                     f"Pass e.g. {name}={max(low, 1)}.")
+
+
+def _callable_or_none(name: str, fn: Any, fix: str) -> None:
+    _require(fn is None or callable(fn), f"{name} must be a callable.", {name: type(fn).__name__}, fix)
+
+
+@dataclass(kw_only=True)
+class LoopSettings:
+    """What the loop does: the task, its length, the batch, the seed, skipped steps."""
+    task: str = "classification"
+    epochs: int = 1                       # max_steps wins when given
+    max_steps: int | None = None
+    batch_size: int = 32
+    accumulate: int = 1                   # micro-batches per optimizer step
+    seed: int = 0
+    deterministic: bool | None = None     # None: as the process already has it
+    max_consecutive_skips: int = 10
+    on_oom: str = "raise"                 # or "adapt": half micro-batch, double accumulation, same result
+
+    def __post_init__(self) -> None:
+        _require(self.task in TASKS, "Unknown task.", {"task": self.task, "allowed": ", ".join(TASKS),
+                                                       "did you mean": did_you_mean(str(self.task).lower(), TASKS)},
+                 "Pick one of the allowed.")
+        _int_at_least(self, ("epochs", "batch_size", "accumulate", "max_consecutive_skips"), 1)
+        _int_at_least(self, ("seed",), 0)
+        _int_at_least(self, ("max_steps",), 1, optional=True)
+        _require(self.deterministic in (None, True, False), "deterministic must be None, True or False.",
+                 {"deterministic": self.deterministic},
+                 "True: reproducible kernels; False: fast ones; None (default): as this process already has it.")
+        _require(self.on_oom in ("raise", "adapt"), "on_oom must be 'raise' or 'adapt'.", {"on_oom": self.on_oom},
+                 "'adapt' halves the micro-batch and doubles accumulation on out-of-memory (same results); "
+                 "'raise' stops with the remedies.")
+
+
+@dataclass(kw_only=True)
+class DataSettings:
+    """How batches are loaded and prepared on the device."""
+    num_workers: int | str = "auto"       # "auto", "tune" or a number
+    # whole batches on the device after the copy (torchwise.data.device_augment)
+    batch_augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
+    batch_eval: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        n = self.num_workers
+        _require(n in ("auto", "tune") or (is_int(n) and n >= 0),
+                 "num_workers must be 'auto', 'tune' or an integer >= 0.", {"num_workers": n},
+                 "Pass num_workers='auto' (0 on the CPU) or e.g. num_workers=4.")
+        for name in ("batch_augment", "batch_eval"):
+            _callable_or_none(name, getattr(self, name), "Pass e.g. torchwise.data.device_augment.BatchAugment("
+                                                         "size=32) (and BatchEval for batch_eval).")
+
+
+@dataclass(kw_only=True)
+class OptimSettings:
+    """The update and its learning-rate schedule (the optimizer itself is Trainer's optimizer=)."""
+    clip_grad_norm: float | None = None
+    scheduler: Any = None                 # None/"none", "onecycle", "cosine", "step", "plateau", or your own
+    scheduler_interval: str | None = None
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        c = self.clip_grad_norm
+        _require(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0),
+                 "clip_grad_norm must be None or a positive number.", {"clip_grad_norm": c}, "A typical value is 1.0.")
+        _int_at_least(self, ("warmup_steps",), 0)
+        if self.scheduler == "none":  # the CLI's word for no schedule
+            self.scheduler = None
+
+
+@dataclass(kw_only=True)
+class DeviceSettings:
+    device: str | torch.device = "auto"
+    precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.device, (str, torch.device)), "device must be a string or a torch.device.",
+                 {"device": repr(self.device)}, "Pass device='auto', 'cpu', 'cuda' or 'cuda:1'.")
+        _require(self.precision in PRECISIONS, "Unknown precision.",
+                 {"precision": self.precision, "allowed": ", ".join(PRECISIONS),
+                  "did you mean": did_you_mean(str(self.precision), PRECISIONS)},
+                 "Use one of the allowed values ('auto' picks the best for the device).")
+
+
+@dataclass(kw_only=True)
+class EvalSettings:
+    """Validation, and the one monitored metric (best weights, early stopping, plateau schedule)."""
+    eval_every: int | None = None         # None: at the end of each epoch
+    eval_batch_size: int | None = None    # None: batch_size
+    monitor: str | None = None            # None: the EarlyStopping's, else "val_loss"
+    mode: str | None = None               # None: the EarlyStopping's, else from the metric's name
+    min_delta: float | None = None        # None: the EarlyStopping's, else 0.0
+    early_stopping: Any = None            # an EarlyStopping, a patience (int, as the CLI's), or None
+
+    def __post_init__(self) -> None:
+        from torchwise.train.early_stop import EarlyStopping
+
+        _int_at_least(self, ("eval_every",), 1, optional=True)
+        b = self.eval_batch_size
+        _require(b is None or (type(b) is int and b >= 1), "eval_batch_size must be None or an integer >= 1.",
+                 {"eval_batch_size": b}, "Pass e.g. eval_batch_size=256 (validation keeps no gradients, so it fits "
+                                         "larger batches), or None to validate with batch_size.")
+        d = self.min_delta
+        _require(d is None or (isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0),
+                 "min_delta must be None or a number >= 0.", {"min_delta": d},
+                 "Pass min_delta=0.0 (any improvement counts) or a small positive number.")
+        es = self.early_stopping
+        if is_int(es) and es >= 1:
+            self.early_stopping = EarlyStopping(patience=es)
+        _require(self.early_stopping is None or isinstance(self.early_stopping, EarlyStopping),
+                 "early_stopping must be a torchwise.EarlyStopping, a patience (an integer >= 1) or None.",
+                 {"early_stopping": repr(es)[:100]}, "Pass early_stopping=torchwise.EarlyStopping(patience=5) "
+                                                     "(or early_stopping=5).")
+
+
+@dataclass(kw_only=True)
+class CheckpointSettings:
+    out_dir: str | Path | None = None     # None: nothing is written
+    checkpoint_every: int | None = None   # None: at the end of every epoch
+    keep_last: int = 2
+    resume: bool | str | Path = False     # True: the newest complete checkpoint in out_dir; or a path
+
+    def __post_init__(self) -> None:
+        _require(self.out_dir is None or isinstance(self.out_dir, (str, Path)), "out_dir must be a folder path.",
+                 {"out_dir": repr(self.out_dir)[:100]}, "Pass out_dir='runs/my-run' (or None to write nothing).")
+        _int_at_least(self, ("checkpoint_every",), 1, optional=True)
+        _int_at_least(self, ("keep_last",), 1)
+        _require(isinstance(self.resume, (bool, str, Path)), "resume must be True, False or a checkpoint path.",
+                 {"resume": repr(self.resume)[:100]}, "Pass resume=True to continue the run in out_dir.")
+        if self.out_dir is not None:
+            self.out_dir = Path(self.out_dir)
+
+
+@dataclass(kw_only=True)
+class FastSettings:
+    fast: Any = "auto"                    # "auto", "off", parts (a list, or joined by commas as in the CLI)
+    compile_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fast, str) and self.fast not in ("auto", "off"):
+            self.fast = [part.strip() for part in self.fast.split(",") if part.strip()]
+        _require(self.compile_options is None or isinstance(self.compile_options, Mapping),
+                 "compile_options must be a dict or None.", {"compile_options": type(self.compile_options).__name__},
+                 "Pass compile_options={...} or leave it out.")
+        self.compile_options = dict(self.compile_options or {})
+
+
+@dataclass(kw_only=True)
+class DistributedSettings:
+    strategy: str = "auto"
+    dist_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _require(self.strategy in STRATEGIES, "Unknown strategy.",
+                 {"strategy": self.strategy, "allowed": ", ".join(STRATEGIES),
+                  "did you mean": did_you_mean(str(self.strategy), STRATEGIES)},
+                 "'ddp' replicates the model on every rank; 'fsdp' shards it (for models too big for one device).")
+        t = self.dist_timeout_s
+        _require(isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0,
+                 "dist_timeout_s must be a positive number of seconds.", {"dist_timeout_s": t}, "Pass e.g. 300.")
+
+
+@dataclass(kw_only=True)
+class CheckSettings:
+    checks: bool = True                   # torchwise check's detectors on the run
+    profile: bool | int = False           # True: 5 steps after a warm-up, or a number of steps
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.checks, bool), "checks must be True or False.", {"checks": self.checks},
+                 "checks=True watches the run with torchwise check's detectors.")
+        _require(isinstance(self.profile, (bool, int)) and self.profile >= 0,
+                 "profile must be False, True or a number of steps.", {"profile": self.profile},
+                 "Pass profile=True (5 steps after a warm-up) or e.g. profile=10.")
+
+
+@dataclass(kw_only=True)
+class LoggingSettings:
+    progress: bool | str = "auto"         # "auto": a bar on a terminal, one line per epoch elsewhere
+    log_every: int = 10
+    tensorboard: bool = True
+    metadata: Mapping[str, Any] | None = None    # written to final/meta.json
+    run_config: Mapping[str, Any] | None = None  # the launcher's own config (the CLI's RunConfig), recorded too
+
+    def __post_init__(self) -> None:
+        _require(self.progress in ("auto", True, False), "progress must be 'auto', True or False.",
+                 {"progress": self.progress}, "'auto' shows a bar on a terminal and one line per epoch elsewhere.")
+        _int_at_least(self, ("log_every",), 1)
+        for name in ("metadata", "run_config"):
+            value = getattr(self, name)
+            _require(value is None or isinstance(value, Mapping), f"{name} must be a dict or None.",
+                     {name: type(value).__name__}, f"Pass {name}={{...}} or leave it out.")
+            setattr(self, name, dict(value or {}))
+
+
+@dataclass(kw_only=True)
+class TrainerConfig:
+    loop: LoopSettings = field(default_factory=LoopSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    optim: OptimSettings = field(default_factory=OptimSettings)
+    hardware: DeviceSettings = field(default_factory=DeviceSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    speed: FastSettings = field(default_factory=FastSettings)
+    distributed: DistributedSettings = field(default_factory=DistributedSettings)
+    watch: CheckSettings = field(default_factory=CheckSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _require(isinstance(getattr(self, f.name), SECTIONS[f.name]), f"config.{f.name} must be a "
+                     f"{SECTIONS[f.name].__name__}.", {f.name: type(getattr(self, f.name)).__name__},
+                     f"Pass {f.name}={SECTIONS[f.name].__name__}(...), or the settings by name.")
+
+    def __getattr__(self, name: str) -> Any:
+        """A setting by its flat name: config.batch_size is config.loop.batch_size."""
+        section = FLAT.get(ALIASES.get(name, name))
+        if section is None:
+            raise AttributeError(f"TrainerConfig has no setting {name!r}")
+        return getattr(object.__getattribute__(self, section), ALIASES.get(name, name))
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The resolved tree as plain JSON-able values (a callable or an object by its type's name)."""
+        return {f.name: {g.name: _plain(getattr(getattr(self, f.name), g.name))
+                         for g in dataclasses.fields(getattr(self, f.name))} for f in dataclasses.fields(self)}
+
+    def replace(self, **settings: Any) -> "TrainerConfig":
+        """A copy with some settings changed, by flat name (checked like the constructor's)."""
+        return build_config(self, settings)
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(TrainerConfig)}  # type: ignore
+FLAT: dict[str, str] = {g.name: name for name, cls in SECTIONS.items() for g in dataclasses.fields(cls)}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (Path, torch.device)):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in (sorted(value) if isinstance(value, (set, frozenset)) else value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"type": type(value).__name__, **{f.name: _plain(getattr(value, f.name))
+                                                 for f in dataclasses.fields(value)}}
+    kind = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return {"type": f"{getattr(value, '__module__', type(value).__module__)}.{kind}"}
+
+
+def unknown_setting(name: str) -> ConfigError:
+    names = sorted(set(FLAT) | set(ALIASES))
+    guess = did_you_mean(name, names)
+    return ConfigError(f"Unknown Trainer setting {name!r}.",
+                       values={"setting": name, "did you mean": guess, "sections": ", ".join(SECTIONS)},
+                       fix="Use one of the settings listed in torchwise.train.settings (a flat name such as "
+                           "batch_size=32 goes to its section)" + (f"; did you mean {guess!r}?" if guess != "-" else "."))
+
+
+def build_config(base: Any = None, settings: Mapping[str, Any] | None = None) -> TrainerConfig:
+    """The resolved tree: `base` (a TrainerConfig, or a dict of settings by flat name or by section)
+    with `settings` (flat names, old names mapped) on top. Each section is validated as it is built."""
+    if base is not None and not isinstance(base, (TrainerConfig, Mapping)):
+        raise ConfigError("config must be a dict of settings or a torchwise.TrainerConfig.",
+                          values={"config": type(base).__name__},
+                          fix="Pass config=TrainerConfig(...) or config={'batch_size': 32, ...}, or the settings "
+                              "by name: Trainer(..., batch_size=32).")
+    tree: dict[str, dict[str, Any]] = {}
+    if isinstance(base, TrainerConfig):
+        tree = {name: {g.name: getattr(getattr(base, name), g.name) for g in dataclasses.fields(cls)}
+                for name, cls in SECTIONS.items()}
+    flat: dict[str, Any] = {}
+    for key, value in (base.items() if isinstance(base, Mapping) else ()):
+        if key in SECTIONS and isinstance(value, Mapping):  # {"loop": {"epochs": 3}}
+            for name, inner in value.items():
+                if FLAT.get(ALIASES.get(name, name)) != key:
+                    raise unknown_setting(f"{key}.{name}")
+                flat[name] = inner
+        else:
+            flat[key] = value
+    flat.update(settings or {})
+    shown: dict[str, str] = {}  # the new name -> the old one the caller used (errors name what was typed)
+    for name, value in flat.items():
+        canonical = ALIASES.get(name, name)
+        if canonical not in FLAT:
+            raise unknown_setting(name)
+        if canonical != name:
+            _require(canonical not in flat, f"{name} is the old name of {canonical}: give one of the two.",
+                     {name: value, canonical: flat.get(canonical)}, f"Pass {canonical}= only.")
+            shown[canonical] = name
+        tree.setdefault(FLAT[canonical], {})[canonical] = value
+    sections = {}
+    for name, cls in SECTIONS.items():
+        try:
+            sections[name] = cls(**tree.get(name, {}))
+        except ConfigError as exc:
+            raise _renamed(exc, shown) from None
+    return TrainerConfig(**sections)
+
+
+def _renamed(exc: ConfigError, shown: Mapping[str, str]) -> ConfigError:
+    """The error about `epochs` says `max_epochs` when that is the name the caller typed."""
+    for new, old in shown.items():
+        if new in exc.values:
+            return ConfigError(exc.what.replace(new, old, 1),
+                               values={(old if k == new else k): v for k, v in exc.values.items()},
+                               fix=(exc.fix or "").replace(f"{new}=", f"{old}="))
+    return exc

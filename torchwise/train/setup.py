@@ -1,0 +1,280 @@
+"""The Trainer's set-up for a run: what can only be decided once fit() starts.
+
+Under torchrun the device is known only after this process joins the process group (its LOCAL_RANK);
+FSDP shards the model in place, so the optimizer is built after it; the loaders need the rank; the
+fast plan needs the device. Construction (trainer.py) checks and resolves everything else.
+`TrainerSetup` is a part of the Trainer (a mixin): its methods are the Trainer's own.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from torchwise.errors import ConfigError, TorchwiseError
+from torchwise.train import checkpoint as ckpt
+from torchwise.train import distributed, shape_watch
+from torchwise.train import input_checks as checks_
+from torchwise.train.evaluation import Evaluator
+from torchwise.train.fast import apply_to_model, compile_model, device_step_blocker, plan_fast
+from torchwise.train.loop_state import History, OptimizerState
+from torchwise.train.precision import choose_device, choose_precision
+from torchwise.train.prefetch import prefetch_allowed
+from torchwise.train.reproducibility import configure_determinism, seed_everything
+from torchwise.train.schedule import build_schedule
+from torchwise.train.sharding import is_sharded
+from torchwise.train.step import StepRunner
+
+
+def require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
+    if not ok:
+        raise ConfigError(what, values=values, fix=fix)
+
+
+class TrainerSetup:
+    def setup_basics(self) -> None:
+        """Device, precision, evaluator: enough for evaluate()/predict() without fit()."""
+        if getattr(self, "evaluator", None) is not None:
+            return
+        self.device = choose_device(self.device_arg)
+        self.precision = choose_precision(self.config.precision, self.device)
+        if self.precision.name == "fp16" and self.device.type == "cpu" and self.config.progress is not False:
+            print("torchwise: precision fp16 on the CPU: autocast to float16 with loss scaling, as asked; CPUs "
+                  "rarely compute float16 faster than float32 (bf16 is the CPU's fast half precision), so use "
+                  "precision='fp32' or 'bf16' unless you are testing fp16 behaviour.", file=sys.stderr)
+        self.model.to(self.device)
+        if isinstance(self.loss_fn, nn.Module):  # its buffers (a CrossEntropyLoss weight) must sit with the outputs
+            self.loss_fn.to(self.device)
+        self.evaluator = Evaluator(self.model, self.loss_fn, self.precision, self.device, self.config.task,
+                                   self.metrics, self.dist)
+        batch_eval = self.config.batch_eval
+        if batch_eval is not None:
+            self.evaluator.prepare_inputs = lambda x: apply_batch_fn(batch_eval, x, "batch_eval")
+        self.augment_gen = torch.Generator(device=self.device)
+
+    _setup_basics = setup_basics  # the name torchwise.diagnose.lr_find calls
+
+    def setup_run(self) -> Path | None:
+        """Everything fit() needs; returns the checkpoint resumed from, if any. Long because it is the
+        one ordered list of the run's parts (each step needs the ones before it), said once."""
+        from torchwise.data.loaders import build_loader
+        from torchwise.toolbox.oom import OOMGuard
+
+        cfg = self.config
+        if self.setup_done:
+            raise TorchwiseError("fit() was already called on this Trainer.", fix="Create a new Trainer to train again.")
+        self.setup_done = True
+        self.dist, device = distributed.setup(self.device_arg, cfg.dist_timeout_s)
+        if self.dist.enabled:
+            self.device_arg = device
+        # Each rank draws its own dropout masks; the data order does not depend on this seed.
+        seed_everything(cfg.seed + self.dist.rank)
+        self.setup_basics()
+        self.determinism_note = configure_determinism(cfg.deterministic, cuda=self.device.type == "cuda")
+        # benchmark mode (on for speed) goes off again if the input shapes turn out to vary
+        self.shape_guard = shape_watch.ShapeWatch() if shape_watch.wanted(self.model, self.device) else None
+        self.fast_plan = plan_fast(cfg.fast, self.device, self.model)
+        apply_to_model(self.fast_plan, self.model)
+        # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
+        self.train_model = distributed.wrap_model(self.model, self.dist, self.device, cfg.strategy)
+        self.optimizer = self.build_optimizer()
+        if "compile" in self.fast_plan.on:  # compiled lazily at the first step; a failure falls back to eager
+            self.eager_model = self.train_model
+            self.train_model = compile_model(self.train_model, cfg.compile_options)
+        shard = dict(rank=self.dist.rank, world_size=self.dist.world_size)
+        self.train_loader = build_loader(self.train_data, role="train_data", train=True, device=self.device,
+                                         batch_size=cfg.batch_size, seed=cfg.seed, num_workers=cfg.num_workers,
+                                         **shard)
+        self.val_loader = None if self.val_data is None else build_loader(
+            self.val_data, role="val_data", train=False, device=self.device,
+            batch_size=cfg.eval_batch_size or cfg.batch_size, seed=cfg.seed, num_workers=cfg.num_workers, **shard)
+        require(self.val_loader is None or self.val_loader.batches_per_epoch() > 0 or self.dist.enabled,
+                "val_data yields no batches.", {"val_data": type(self.val_data).__name__,
+                                                "batches": 0 if self.val_loader is None else
+                                                self.val_loader.batches_per_epoch()},
+                "Give val_data samples, or drop_last=False in its DataLoader, or pass val_data=None.")
+        steps_per_epoch = -(-self.train_loader.batches_per_epoch() // cfg.accumulate)
+        require(steps_per_epoch > 0, "train_data yields no batches.",
+                {"batches per epoch": self.train_loader.batches_per_epoch(), "batch_size": cfg.batch_size},
+                "Lower batch_size or drop_last=False in your DataLoader.")
+        self.total_steps = cfg.max_steps or steps_per_epoch * cfg.epochs
+        # max_steps wins over epochs
+        self.epochs_planned = cfg.epochs if cfg.max_steps is None else max(cfg.epochs, -(-cfg.max_steps // steps_per_epoch))
+        self.schedule = build_schedule(cfg.scheduler, self.optimizer, total_steps=self.total_steps,
+                                       max_epochs=self.epochs_planned, warmup_steps=cfg.warmup_steps, mode=cfg.mode,
+                                       interval=cfg.scheduler_interval)
+        self.watcher = self.attach_watcher()
+        # OOMGuard turns an out-of-memory error into the remedies, or (on_oom="adapt") into smaller micro-batches
+        self.step_core = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
+                                    cfg.clip_grad_norm, self.dist, self.watcher)
+        self.step_core.check_first_batch = self.check_first_batch
+        self.plan_device_steps()
+        self.step_runner = OOMGuard(self.step_core, mode=cfg.on_oom, accumulate=cfg.accumulate)
+        if "prefetch" in self.fast_plan.on:
+            allowed, why = prefetch_allowed(self.train_loader.loader, self.train_loader.plan.num_workers)
+            if not allowed:
+                self.fast_plan.on.discard("prefetch")
+                self.fast_plan.why_off["prefetch"] = why
+        self.model.train()
+        self.register_state()
+        return self.find_and_load_checkpoint()
+
+    def register_state(self) -> None:
+        """What every checkpoint holds, by name (the callbacks with state are registered at construction)."""
+        files = self.files
+        files.register("optimizer", OptimizerState(self.optimizer, is_sharded(self.model)))
+        files.register("scheduler", self.schedule.scheduler if self.schedule is not None else None)
+        files.register("scaler", self.step_runner.scaler)
+        files.register("early_stopping", self.config.early_stopping)
+        files.register("position", self.pos)
+        files.register("history", History(self.pos))
+
+    def find_and_load_checkpoint(self) -> Path | None:
+        cfg = self.config
+        found = ckpt.find_resume_checkpoint(cfg.resume, cfg.out_dir)
+        if cfg.out_dir is not None:
+            if self.dist.is_main:  # one process removes leftovers; the others only read complete checkpoints
+                ckpt.clean_stale(cfg.out_dir / "checkpoints")
+            existing = ckpt.list_checkpoints(cfg.out_dir / "checkpoints")
+            # A fresh run would interleave its checkpoints with the old run's and prune the wrong ones.
+            require(found is not None or not existing, "out_dir already holds checkpoints of another run.",
+                    {"out_dir": str(cfg.out_dir), "latest": existing[-1].name if existing else "-"},
+                    "Pass resume=True to continue that run, or use a new out_dir (or delete the old one).")
+        if found is not None:
+            self.files.load_checkpoint(found)
+        return found
+
+    def check_first_batch(self, output: Any, target: Any) -> None:
+        """The first training batch's targets against the model's outputs, and, for data held in memory as
+        tensors, every label of the data set (a label out of range on the GPU is a device-side assert)."""
+        task = self.config.task
+        strict = task == "classification" and checks_.is_cross_entropy(self.loss_fn)
+        checks_.check_targets(output, target, self.loss_fn, task, "first training batch", strict=strict)
+        if not strict or not isinstance(output, torch.Tensor) or output.ndim < 2:
+            return
+        for role, data in (("train_data", self.train_data), ("val_data", self.val_data)):
+            tensors = getattr(data.dataset if hasattr(data, "batch_sampler") else data, "tensors", None)
+            if type(getattr(data, "dataset", data)) is torch.utils.data.TensorDataset and tensors:
+                labels = tensors[-1]
+                if not labels.is_floating_point() and labels.ndim == 1:
+                    checks_.check_label_range(labels, int(output.shape[1]), getattr(self.loss_fn, "ignore_index", -100),
+                                              role)
+
+    def optimizer_as_given(self) -> None:
+        if "fused_optimizer" in self.fast_plan.on:
+            self.fast_plan.on.discard("fused_optimizer")
+            self.fast_plan.why_off["fused_optimizer"] = "your optimizer is used as given (pass fused=True to it)"
+
+    def plan_device_steps(self) -> None:
+        """fast "sync_free" / "cuda_graph": switch them off, with the reason, where they cannot run."""
+        plan, core = self.fast_plan, self.step_core
+        wanted = [p for p in ("sync_free", "cuda_graph") if p in plan.on]
+        blocker = device_step_blocker(self.optimizer, core.scaler, self.model) if wanted else None
+        if "cuda_graph" in plan.on and blocker is None:
+            from torchwise.train.graphed_step import GraphedStep, graph_blocker
+
+            graph_why = graph_blocker(self.device, self.dist, self.config.accumulate, self.optimizer,
+                                      self.config.compile_options if "compile" in plan.on else None)
+            if graph_why is None:
+                core.graphed = GraphedStep(core)
+            else:
+                plan.on.discard("cuda_graph")
+                plan.why_off["cuda_graph"] = graph_why
+        for part in wanted:
+            if blocker is not None:
+                plan.on.discard(part)
+                plan.why_off[part] = blocker
+        core.sync_free = "sync_free" in plan.on or "cuda_graph" in plan.on
+
+    def attach_watcher(self):
+        """The same detectors as `torchwise check`, on this run (deep checks on a few steps only)."""
+        if not self.config.checks or is_sharded(self.model):
+            return None
+        from torchwise.diagnose.watch import Watcher
+
+        # two deep steps at the start (most mistakes show in the first batch), then as a budget of 0.5% of
+        # the training time allows (bench/bench_trainer.py: the detectors cost ~1% of a tiny MLP's run in all)
+        watcher = Watcher(deep_every=50, deep_first=2, deep_budget=0.005).attach(self.model, self.optimizer,
+                                                                               driven=True)
+        watcher.attach_loaders(train=self.train_loader.loader,
+                               val=self.val_loader.loader if self.val_loader is not None else None)
+        self.evaluator.watcher = watcher
+        return watcher
+
+    def report_findings(self, progress: Any) -> list[dict[str, Any]]:
+        if self.watcher is None:
+            return []
+        found = self.watcher.findings()
+        self.watcher.detach()
+        self.evaluator.watcher = None
+        if self.dist.is_main:
+            # Findings are warnings, not progress: progress=False (--quiet) hides the bar, never these.
+            if found:
+                print(self.watcher.render(found), file=sys.stderr)
+            if self.config.out_dir is not None:  # clean runs too: the report says what was watched
+                (self.config.out_dir / "checks.json").write_text(json.dumps(self.watcher.report(found), indent=2,
+                                                                            default=str))
+        return [f.to_dict() for f in found]
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        arg = self.optimizer_arg
+        # sync-free steps and graphs skip non-finite updates through a fused optimizer's found_inf
+        fused = bool({"fused_optimizer", "sync_free", "cuda_graph"} & self.fast_plan.on)
+        if arg is None:
+            opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused=fused)
+        elif isinstance(arg, torch.optim.Optimizer):
+            opt = arg
+            self.optimizer_as_given()
+        elif callable(arg) and takes_keyword(arg, "fused"):  # a factory that lets the fast plan choose
+            opt = arg(self.model.parameters(), fused=fused)
+        elif callable(arg):
+            opt = arg(self.model.parameters())
+            self.optimizer_as_given()
+            require(isinstance(opt, torch.optim.Optimizer), "The optimizer factory did not return an optimizer.",
+                    {"returned": type(opt).__name__},
+                    "Pass e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=3e-4).")
+        else:
+            raise ConfigError("optimizer must be an Optimizer, a factory taking the parameters, or None.",
+                              values={"optimizer": type(arg).__name__},
+                              fix="Pass torch.optim.AdamW(model.parameters(), lr=1e-3) or "
+                                  "lambda params: torch.optim.AdamW(params, lr=1e-3).")
+        checks_.check_optimizer_holds(opt, self.model)
+        return opt
+
+    _build_optimizer = build_optimizer  # the name torchwise.diagnose.lr_find calls
+
+    def eval_loader(self, data: Any):
+        from torchwise.data.loaders import build_loader
+
+        cfg = self.config
+        data = self.val_data if data is None else data
+        require(data is not None, "No data to evaluate.", {"data": None, "val_data": None},
+                "Pass the data: trainer.evaluate(dataset).")
+        return build_loader(data, role="data", train=False, device=self.device,
+                            batch_size=cfg.eval_batch_size or cfg.batch_size, seed=cfg.seed,
+                            num_workers=cfg.num_workers, rank=self.dist.rank, world_size=self.dist.world_size)
+
+
+def takes_keyword(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a readable signature
+        return False
+
+
+def apply_batch_fn(fn: Callable[..., Any], x: Any, name: str, *args: Any) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TorchwiseError(f"{name} needs the batch's first input to be a tensor.", values={"input": type(x).__name__},
+                             fix=f"Make the data set return (image tensor, label), or drop {name}.")
+    out = fn(x, *args)
+    if not isinstance(out, torch.Tensor) or out.shape[:1] != x.shape[:1]:
+        raise TorchwiseError(f"{name} must return a tensor with one row per sample.",
+                             values={"input shape": tuple(x.shape),
+                                     "returned": tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__},
+                             fix="Return the transformed batch, e.g. BatchAugment(size=...)(images, generator).")
+    return out
