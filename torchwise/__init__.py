@@ -15,6 +15,8 @@ _LAZY = {
     "Trainer": "torchwise.train.trainer",
     "FitResult": "torchwise.train.trainer",
     "EarlyStopping": "torchwise.train.early_stop",
+    "TrainerConfig": "torchwise.train.settings",
+    "Monitor": "torchwise.train.monitor",
     "Event": "torchwise.train.events",
     "save_model": "torchwise.weights",
     "load_model": "torchwise.weights",
@@ -36,6 +38,8 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwise.errors import TorchwiseError
+    from torchwise.train.monitor import Monitor
+    from torchwise.train.settings import TrainerConfig
     from torchwise.train.trainer import FitResult, Trainer
     from torchwise.weights import load_model, save_model
 

@@ -245,6 +245,7 @@ def _number_text(value: str, integer: bool) -> int | float:
 
 
 def _coerce_one(tp: Any, value: Any, from_text: bool) -> Any:
+    # Over 60 lines: one branch per supported type, kept together so every accepted spelling reads in one place.
     """Convert `value` to the type `tp` or raise _NoMatch. A string means the same whether it comes
     from a flag, --set or a YAML file (PyYAML reads `lr: 1e-3` as the string "1e-3"): numbers are read
     by torchwise.data.numbers, booleans from true/false, yes/no, on/off, 1/0, none from none/null/~.

@@ -387,6 +387,8 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
 
 
 def _train_in(config, run_dir: Path, staging: Path | None, dist_env, log, on_trainer) -> dict[str, Any]:
+    # Over 60 lines: the run's stages in their one order (data, files, model, Trainer, fit, evaluation,
+    # report), each depending on the ones before; split up, the order would no longer read at once.
     import torch
 
     from torchwise.data.stats import STATS_FILE

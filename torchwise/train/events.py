@@ -30,9 +30,7 @@ class Handle:
     _fn: Callable[..., Any]
 
     def remove(self) -> None:
-        callbacks = self._registry._callbacks[self._event]
-        if self._fn in callbacks:
-            callbacks.remove(self._fn)
+        self._registry.remove(self._event, self._fn)
 
 
 @dataclass
@@ -49,6 +47,11 @@ class Events:
             raise ConfigError("Callback is not callable.", values={"callback": repr(fn)}, fix="Pass a function.")
         self._callbacks[event].append(fn)
         return Handle(self, event, fn)
+
+    def remove(self, event: str, fn: Callable[..., Any]) -> None:
+        """Unregister `fn` from `event` (nothing happens when it is not registered)."""
+        if fn in self._callbacks[event]:
+            self._callbacks[event].remove(fn)
 
     def emit(self, event: str, **payload: Any) -> None:
         for fn in list(self._callbacks[event]):
