@@ -14,8 +14,9 @@ it") run for the user, with the three things a hand-written sweep usually gets w
   scheduler state, the gradients, the train/eval mode and every RNG are restored afterwards, so
   `lr_find()` followed by `fit()` trains exactly as `fit()` alone would.
 
-Each sweep step is the Trainer's own `StepRunner` step (autocast, GradScaler, accumulation,
-clipping): the curve describes the training that will actually run.
+Each sweep step is the Trainer's own step body (`StepRunner.body` in train/step.py: autocast,
+GradScaler, accumulation, clipping, the finite check): the curve describes the training that will
+actually run.
 
 Two suggestions are computed and both are shown:
 - "steepest": where the smoothed loss falls fastest against log(lr);
