@@ -68,6 +68,15 @@ def test_image_folder_run_writes_every_artifact(image_run):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tb").iterdir()), "no TensorBoard event files"
     assert [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step-")]
+    # the whole resolved config, the Trainer's settings and the CLI's RunConfig, as in every checkpoint
+    recorded = json.loads((run_dir / "trainer_config.json").read_text())
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert recorded["trainer"]["loop"]["epochs"] == saved["train"]["epochs"]
+    assert recorded["run"] == saved
+    newest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    import torch
+
+    assert torch.load(newest / "state.pt", weights_only=True)["config"] == recorded
 
     rows = read_metrics(run_dir)
     assert len(rows) == 3  # one evaluation per epoch

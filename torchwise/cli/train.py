@@ -121,7 +121,8 @@ def _optimizer_factory(train_cfg):
 # What the run directory holds, by kind: a file of that name where a folder belongs (or the other way
 # round) would only fail later, in the middle of the run.
 RUN_FOLDERS = ("checkpoints", "final", "best", "tb")
-RUN_FILES = ("config.yaml", "split.json", "data_stats.json", "meta.json", "metrics.csv", "eval.json", "report.html")
+RUN_FILES = ("config.yaml", "split.json", "data_stats.json", "meta.json", "metrics.csv", "eval.json", "report.html",
+             "trainer_config.json")
 OUT_FIX = "pass --out a folder that can be created and written (a new one is created, with its parents)"
 
 
