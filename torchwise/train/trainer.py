@@ -120,6 +120,9 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
         self.interrupted_checkpoint: Path | None = None  # the checkpoint written when fit() was interrupted
         self.profile_steps = 5 if cfg.profile is True else int(cfg.profile)
         self.fast_plan = FastPlan()  # the real plan is made in fit(), once the device is known
+        # Made by setup_run() when fit() starts (setup.py says why they wait for it); None until then
+        self.optimizer = self.schedule = self.train_model = self.step_core = self.step_runner = None
+        self.train_loader = self.val_loader = self.total_steps = self.epochs_planned = None
         self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = None
         self.setup_done = self.stop_requested = False
         self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
