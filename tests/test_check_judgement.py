@@ -206,3 +206,17 @@ def _sched(kind, horizon, batches, calls, collapse_at):
 def test_scheduler_length_against_the_run(kind, horizon, batches, calls, collapse_at, flagged):
     from torchwise.diagnose.checks.calls import _per_batch_scheduler
     assert (_per_batch_scheduler(_sched(kind, horizon, batches, calls, collapse_at)) is not None) == flagged
+
+
+def test_console_scripts_are_never_the_line_a_finding_is_about_and_classes_are_named():
+    import os
+    import sysconfig
+
+    from torchwise.diagnose.checks.losses import class_label
+    from torchwise.diagnose.watch import _is_user_file
+
+    script = os.path.join(sysconfig.get_paths()["scripts"], "torchwise")
+    assert not _is_user_file(script)
+    assert _is_user_file(__file__)
+    assert class_label(1, ["cat", "dog"]) == "class 1 ('dog')"
+    assert class_label(1, None) == "class 1" and class_label(1, ["0", "1"]) == "class 1"

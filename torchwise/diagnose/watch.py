@@ -124,7 +124,8 @@ class StopScript(BaseException):
 
 def _library_dirs() -> tuple[str, ...]:
     dirs = {os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+    # "scripts": console scripts (.venv/bin/torchwise) are entry points, never the line a finding is about
+    for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts"):
         try:
             dirs.add(sysconfig.get_paths()[key])
         except KeyError:
@@ -577,6 +578,9 @@ class Watcher:
                  hash_rows: bool | None = None, deep_budget: float = 0.01):
         self.check_mode = check_mode
         self.driven = False
+        # the names of the class indices, when the run knows them (torchwise train: the folder names); findings
+        # about classes say "class 3 ('dog')" instead of an index the user has to look up
+        self.class_names: list[str] | None = None
         # driven mode: deep steps after the first deep_first cost at most this share of the run's time
         # (see _deep_affordable)
         self.deep_budget = deep_budget
@@ -1701,9 +1705,10 @@ class Watcher:
         if not found:
             return f"torchwise: no silent mistakes found ({self.steps} optimizer steps watched)."
         parts = [f.render() for f in found]
-        errors = sum(f.severity == "error" for f in found)
-        parts.append(f"torchwise: {len(found)} finding(s) ({errors} error(s), {len(found) - errors} warning(s)) "
-                     f"in {self.steps} optimizer steps.")
+        counted = {s: sum(f.severity == s for f in found) for s in ("error", "warning", "info")}
+        hints = f", {counted['info']} hint(s) that may be by design" if counted["info"] else ""
+        parts.append(f"torchwise: {len(found)} finding(s) ({counted['error']} error(s), {counted['warning']} "
+                     f"warning(s){hints}) in {self.steps} optimizer steps.")
         return "\n\n".join(parts)
 
 

@@ -361,7 +361,7 @@ def _decide_labels(w) -> list[Finding]:
             if f is not None:
                 out.append(f)
         if not lm:
-            out.extend(_imbalance_classes(c, counts, present))
+            out.extend(_imbalance_classes(c, counts, present, getattr(w, "class_names", None)))
     out.extend(_imbalance_binary(w.bin))
     return out
 
@@ -397,19 +397,29 @@ def _classes_mismatch(c, counts, k: int, C: int) -> Finding | None:
                              "log10_chance_extra_classes_unseen": None if log10_p == -math.inf else round(log10_p, 1)})
 
 
-def _imbalance_classes(c, counts, present) -> list[Finding]:
+def class_label(index: int, names) -> str:
+    """'class 3', or "class 3 ('dog')" when the run knows its classes' names (the Trainer of `torchwise train`)."""
+    if names and 0 <= index < len(names) and str(names[index]) != str(index):
+        return f"class {index} ({names[index]!r})"
+    return f"class {index}"
+
+
+def _imbalance_classes(c, counts, present, names=None) -> list[Finding]:
     present_counts = [counts[i] for i in present]
     if len(present) < 2 or c["weighted"] or max(present_counts) < 10 * min(present_counts):
         return []
     big, small = present[present_counts.index(max(present_counts))], present[present_counts.index(min(present_counts))]
     ratio = max(present_counts) / min(present_counts)
-    msg = (f"Class {big} occurs {max(present_counts)} times and class {small} only {min(present_counts)} times "
-           f"({ratio:.0f}x) in {c['n']} training labels, and the loss has no class weights.")
+    msg = (f"{class_label(big, names).capitalize()} occurs {max(present_counts)} times and {class_label(small, names)} "
+           f"only {min(present_counts)} times ({ratio:.0f}x) in {c['n']} training labels, and the loss has no class "
+           "weights.")
     recent = c.get("recent") or []
     said = sum(int(p[small]) for p, _ in recent)
     had = sum(int(k[small]) for _, k in recent)
-    return [_imbalance_finding(c["where"], msg, {"counts": counts, "labels_seen": c["n"]}, f"class {small}",
-                               said, had, len(recent))]
+    evidence = {"counts": counts, "labels_seen": c["n"]}
+    if names and len(names) == len(counts):
+        evidence["counts_by_class"] = dict(zip(map(str, names), counts))
+    return [_imbalance_finding(c["where"], msg, evidence, class_label(small, names), said, had, len(recent))]
 
 
 def _imbalance_binary(b) -> list[Finding]:
