@@ -22,11 +22,11 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from torchwise.errors import ConfigError
+from torchwise.train.distributed import STRATEGIES
 from torchwise.train.input_checks import did_you_mean, is_int
+from torchwise.train.precision import PRECISIONS
 
 TASKS = ("classification", "regression")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # torchwise.train.precision.PRECISIONS (checked in a test)
-STRATEGIES = ("auto", "ddp", "fsdp")           # torchwise.train.distributed.STRATEGIES
 
 # old Python keyword -> its one name now (the CLI's word); accepted and mapped
 ALIASES = {"max_epochs": "epochs"}

@@ -23,7 +23,6 @@ from torchwise.train import distributed
 from torchwise.train import input_checks as checks_
 from torchwise.train.batches import batch_size_of, move_to, split_batch
 from torchwise.train.distributed import DistEnv, barrier, gather_objects
-from torchwise.train.early_stop import EarlyStopping  # noqa: F401  (torchwise.train.trainer.EarlyStopping)
 from torchwise.train.eval_log import TrainerReporting
 from torchwise.train.evaluation import MetricFn
 from torchwise.train.events import EVENTS, Events, Handle
@@ -38,8 +37,6 @@ from torchwise.train.reproducibility import derive_seed
 from torchwise.train.run_files import RunFiles, has_state
 from torchwise.train.settings import ALIASES, FLAT, TrainerConfig, build_config
 from torchwise.train.setup import TrainerSetup, apply_batch_fn
-
-TASKS = ("classification", "regression")
 
 
 @dataclass
