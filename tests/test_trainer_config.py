@@ -139,3 +139,35 @@ def test_callbacks_get_the_trainer_and_checkpoint_saved_names_it(tmp_path):
     assert state["callbacks"] == {"Counter": {"steps": 4}}
     with pytest.raises(TorchwiseError, match="on_<event> methods"):
         torchwise.Trainer(mlp(), sgd, train_data=data(), callbacks=[object()], **QUIET)
+
+
+def test_a_config_tree_trains_like_the_same_settings_by_name(tmp_path):
+    by_name = torchwise.Trainer(mlp(), sgd, train_data=data(), val_data=data(seed=1), epochs=2, batch_size=16,
+                                seed=3, **QUIET).fit()
+    tree = TrainerConfig(loop=LoopSettings(epochs=2, batch_size=16, seed=3))
+    by_tree = torchwise.Trainer(mlp(), sgd, train_data=data(), val_data=data(seed=1), config=tree, **QUIET).fit()
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("elapsed_s", "data_wait", "samples_per_s")}
+                          for r in rows]  # noqa: E731
+    assert strip(by_tree.history) == strip(by_name.history) and by_tree.steps == by_name.steps == 8
+
+
+def test_a_stateful_callback_missing_from_the_checkpoint_starts_afresh_and_says_so(tmp_path, capsys):
+    class Steps:
+        def __init__(self):
+            self.n = 0
+
+        def on_step_end(self, **_):
+            self.n += 1
+
+        def state_dict(self):
+            return {"n": self.n}
+
+        def load_state_dict(self, state):
+            self.n = state["n"]
+
+    torchwise.Trainer(mlp(), sgd, train_data=data(), epochs=1, batch_size=16, out_dir=tmp_path, **QUIET).fit()
+    steps = Steps()
+    result = torchwise.Trainer(mlp(), sgd, train_data=data(), epochs=2, batch_size=16, out_dir=tmp_path,
+                               resume=True, callbacks=[steps], **QUIET).fit()
+    assert result.resumed_from is not None and steps.n == 4  # only the steps of this session
+    assert "holds no state of callback 'Steps'" in capsys.readouterr().err
