@@ -116,8 +116,11 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
         self.interrupt_hint: str | None = None  # printed on Ctrl-C instead of the Python resume hint (the CLI's)
         self.interrupted_checkpoint: Path | None = None  # the checkpoint written when fit() was interrupted
         self.profile_steps = 5 if cfg.profile is True else int(cfg.profile)
+        self._unset_run_parts()
+
+    def _unset_run_parts(self) -> None:
+        """Made by setup_run() when fit() starts (setup.py says why they wait for it); None until then."""
         self.fast_plan = FastPlan()  # the real plan is made in fit(), once the device is known
-        # Made by setup_run() when fit() starts (setup.py says why they wait for it); None until then
         self.optimizer = self.schedule = self.train_model = self.step_core = self.step_runner = None
         self.train_loader = self.val_loader = self.total_steps = self.epochs_planned = None
         self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = None
