@@ -308,3 +308,30 @@ def test_augmentation_on_the_device_from_the_command_line(image_folder, tmp_path
     lr = run_cli("lr-find", "--data", image_folder, "--out", tmp_path / "lr", "--batch-size", "8", "--steps", "12",
                  "--set", "data.augment_on=device")
     assert lr.returncode == 0, lr.stderr
+
+
+def test_a_finding_in_train_names_the_classes_and_no_console_script_line(tmp_path):
+    """Issue 16: under `torchwise train` a finding said 'Class 0 ... class 1' and 'at .venv/bin/torchwise:6'."""
+    import shutil
+    import subprocess
+    import sys
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name, count, colour in (("cat", 120, (200, 40, 40)), ("dog", 6, (40, 60, 210))):
+        (tmp_path / "imgs" / name).mkdir(parents=True)
+        for i in range(count):
+            pixels = np.clip(np.array(colour, np.float32) + rng.normal(0, 25, (16, 16, 3)), 0, 255)
+            Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / "imgs" / name / f"{i}.png")
+    script = shutil.which("torchwise", path=str(Path(sys.executable).parent))
+    assert script, "the torchwise console script is not installed next to this interpreter"
+    proc = subprocess.run([script, "train", "--data", "imgs", "--out", "run", "--epochs", "2", "--quiet",
+                           "--set", "train.threads=1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = proc.stdout + proc.stderr
+    assert "label-imbalance" in text, text  # shown under --quiet
+    assert "class 0 ('cat')" in text.lower() and "class 1 ('dog')" in text, text
+    assert "bin/torchwise" not in text, text
+    assert "hint(s) that may be by design" in text

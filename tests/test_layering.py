@@ -40,7 +40,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("weights", "train"): "the atomic file writer lives in train/checkpoint.py: move it to a low module",
     ("data", "train"): "data/loaders.py (the resumable loader and sampler) belongs to train/, its owner",
     ("diagnose", "train"): "lr-find drives a train step (move it next to the step); watch uses train/shape_watch",
-    ("train", "toolbox"): "the OOM guard wraps the step: it belongs to train/ (one place composing step wrappers)",
     ("train", "report"): "the evaluation metrics are in report/metrics.py; the Trainer, eval and report share them",
     ("train", "(package)"): "run_files reads torchwise.__version__: read torchwise.version",
     ("export", "predict"): "export's verification previews a prediction; predict reads export/metadata (a cycle)",

@@ -581,3 +581,21 @@ def test_ctrl_c_without_an_out_dir_says_nothing_was_saved(capfd):
     with pytest.raises(KeyboardInterrupt):
         t.fit()
     assert t.pos.step == 2 and "nothing was saved (no out_dir)" in capfd.readouterr().err
+
+
+def test_a_language_model_with_its_own_flattening_loss_trains():
+    """(batch, time, vocabulary) logits against (batch, time) token ids: the classes are last, and the
+    user's loss flattens them; nothing about that is wrong (the bench's GPT workload is this)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    vocab, T = 11, 6
+    tokens = torch.randint(0, vocab, (64, T + 1))
+    model = nn.Sequential(nn.Embedding(vocab, 16), nn.Linear(16, vocab))
+
+    def lm_loss(logits, target):
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+    result = torchwise.Trainer(model, loss=lm_loss, train_data=(tokens[:, :-1], tokens[:, 1:]), max_epochs=1,
+                               batch_size=16, progress=False, checks=False).fit()
+    assert result.steps == 4

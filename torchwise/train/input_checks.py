@@ -304,6 +304,10 @@ def check_targets(output: Any, target: Any, loss_fn: Any, task: str, where: str,
     classes = int(output.shape[1])
     label_shape = (output.shape[0], *output.shape[2:])
     if tuple(target.shape) != tuple(label_shape):
+        # A loss of the user's own knows its layout: a language model's (batch, time, vocabulary) logits
+        # against (batch, time) token ids put the classes last, and its loss flattens them.
+        if not strict and tuple(target.shape) == tuple(output.shape[:-1]):
+            return
         if strict or target.numel() != output.shape[0]:
             raise TorchwiseError(f"The targets of the {where} do not fit the model's outputs.",
                                  values={"outputs": describe(output), "targets": describe(target)},

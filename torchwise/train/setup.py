@@ -57,13 +57,12 @@ class TrainerSetup:
             self.evaluator.prepare_inputs = lambda x: apply_batch_fn(batch_eval, x, "batch_eval")
         self.augment_gen = torch.Generator(device=self.device)
 
-    _setup_basics = setup_basics  # the name torchwise.diagnose.lr_find calls
 
     def setup_run(self) -> Path | None:
         """Everything fit() needs; returns the checkpoint resumed from, if any. Long because it is the
         one ordered list of the run's parts (each step needs the ones before it), said once."""
         from torchwise.data.loaders import build_loader
-        from torchwise.toolbox.oom import OOMGuard
+        from torchwise.train.step_wrappers import compose_step
 
         cfg = self.config
         if self.setup_done:
@@ -109,12 +108,14 @@ class TrainerSetup:
                                        max_epochs=self.epochs_planned, warmup_steps=cfg.warmup_steps, mode=cfg.mode,
                                        interval=cfg.scheduler_interval)
         self.watcher = self.attach_watcher()
-        # OOMGuard turns an out-of-memory error into the remedies, or (on_oom="adapt") into smaller micro-batches
+        # The one step body, wrapped in one place (train/step_wrappers.py): the device-step path, the OOM guard
+        # (remedies, or smaller micro-batches with on_oom="adapt"), and the fall-back from a failed compile.
         self.step_core = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
                                     cfg.clip_grad_norm, self.dist, self.watcher)
         self.step_core.check_first_batch = self.check_first_batch
-        self.plan_device_steps()
-        self.step_runner = OOMGuard(self.step_core, mode=cfg.on_oom, accumulate=cfg.accumulate)
+        self.step_runner = compose_step(self.step_core, on_oom=cfg.on_oom, accumulate=cfg.accumulate,
+                                        device_steps=self.plan_device_steps(), eager_model=self.eager_model,
+                                        on_compile_fallback=self.on_compile_fallback)
         if "prefetch" in self.fast_plan.on:
             allowed, why = prefetch_allowed(self.train_loader.loader, self.train_loader.plan.num_workers)
             if not allowed:
@@ -170,26 +171,33 @@ class TrainerSetup:
             self.fast_plan.on.discard("fused_optimizer")
             self.fast_plan.why_off["fused_optimizer"] = "your optimizer is used as given (pass fused=True to it)"
 
-    def plan_device_steps(self) -> None:
-        """fast "sync_free" / "cuda_graph": switch them off, with the reason, where they cannot run."""
-        plan, core = self.fast_plan, self.step_core
+    def plan_device_steps(self) -> str:
+        """fast "sync_free" / "cuda_graph": the step path compose_step builds; each is switched off, with the
+        reason, where it cannot run."""
+        plan = self.fast_plan
         wanted = [p for p in ("sync_free", "cuda_graph") if p in plan.on]
-        blocker = device_step_blocker(self.optimizer, core.scaler, self.model) if wanted else None
-        if "cuda_graph" in plan.on and blocker is None:
-            from torchwise.train.graphed_step import GraphedStep, graph_blocker
+        blocker = device_step_blocker(self.optimizer, self.step_core.scaler, self.model) if wanted else None
+        for part in wanted if blocker is not None else ():
+            plan.on.discard(part)
+            plan.why_off[part] = blocker
+        if "cuda_graph" in plan.on:
+            from torchwise.train.graphed_step import graph_blocker
 
-            graph_why = graph_blocker(self.device, self.dist, self.config.accumulate, self.optimizer,
-                                      self.config.compile_options if "compile" in plan.on else None)
-            if graph_why is None:
-                core.graphed = GraphedStep(core)
-            else:
-                plan.on.discard("cuda_graph")
-                plan.why_off["cuda_graph"] = graph_why
-        for part in wanted:
-            if blocker is not None:
-                plan.on.discard(part)
-                plan.why_off[part] = blocker
-        core.sync_free = "sync_free" in plan.on or "cuda_graph" in plan.on
+            why = graph_blocker(self.device, self.dist, self.config.accumulate, self.optimizer,
+                                self.config.compile_options if "compile" in plan.on else None)
+            if why is None:
+                return "cuda_graph"
+            plan.on.discard("cuda_graph")
+            plan.why_off["cuda_graph"] = why
+        return "sync_free" if "sync_free" in plan.on else "eager"
+
+    def on_compile_fallback(self, exc: BaseException, reason: str) -> None:
+        """torch.compile failed inside its own machinery: the step already runs the eager model again."""
+        self.progress.message(f"torchwise: torch.compile failed, training continues in eager mode "
+                              f"({type(exc).__name__} - {reason})")
+        self.fast_plan.on.discard("compile")
+        self.fast_plan.why_off["compile"] = f"failed: {type(exc).__name__}"
+        self.train_model, self.eager_model = self.step_core.model, None
 
     def attach_watcher(self):
         """The same detectors as `torchwise check`, on this run (deep checks on a few steps only)."""
@@ -203,6 +211,8 @@ class TrainerSetup:
                                                                                driven=True)
         watcher.attach_loaders(train=self.train_loader.loader,
                                val=self.val_loader.loader if self.val_loader is not None else None)
+        names = (self.config.metadata or {}).get("class_names")  # torchwise train's folder / label names
+        watcher.class_names = [str(n) for n in names] if isinstance(names, (list, tuple)) else None
         self.evaluator.watcher = watcher
         return watcher
 
@@ -246,7 +256,6 @@ class TrainerSetup:
         checks_.check_optimizer_holds(opt, self.model)
         return opt
 
-    _build_optimizer = build_optimizer  # the name torchwise.diagnose.lr_find calls
 
     def eval_loader(self, data: Any):
         from torchwise.data.loaders import build_loader

@@ -26,7 +26,7 @@ from torchwise.train.distributed import DistEnv, barrier, gather_objects
 from torchwise.train.eval_log import TrainerReporting
 from torchwise.train.evaluation import MetricFn
 from torchwise.train.events import EVENTS, Events, Handle
-from torchwise.train.fast import FastPlan, is_compile_failure, to_channels_last
+from torchwise.train.fast import FastPlan, to_channels_last
 from torchwise.train.interrupt import InterruptGuard, InterruptHandling
 from torchwise.train.loop_state import Position
 from torchwise.train.monitor import BestMetric
@@ -123,7 +123,7 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
         self.fast_plan = FastPlan()  # the real plan is made in fit(), once the device is known
         self.optimizer = self.schedule = self.train_model = self.step_core = self.step_runner = None
         self.train_loader = self.val_loader = self.total_steps = self.epochs_planned = None
-        self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = None
+        self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = self.progress = None
         self.setup_done = self.stop_requested = False
         self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
         self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
@@ -187,7 +187,7 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
         # The loop on one screen: long on purpose, so the order of steps, evaluations and saves reads at once
         resumed_from = self.setup_run()
         pos = self.pos
-        progress = Progress(self.config.progress if self.dist.is_main else False, self.total_steps)
+        self.progress = progress = Progress(self.config.progress if self.dist.is_main else False, self.total_steps)
         log = self.metrics_log(resumed_from is not None)
         progress.message(self.start_message(resumed_from))
         progress.start(pos.step)
@@ -324,7 +324,7 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
             self._watch_shapes(micro, progress)
         start = time.perf_counter()
         # loss.item() inside: the device is done when this returns
-        result = self._step_with_compile_fallback(micro, measure_norm, progress)
+        result = self.step_runner.run(micro, measure_norm=measure_norm)
         self.timing["compute_s"] += time.perf_counter() - start
         self.timing["samples"] += result.samples
         if self.profiler is not None and self.profiler.step():
@@ -369,23 +369,6 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
                 fix="Lower the learning rate (try 10x lower), set clip_grad_norm=1.0, check the inputs for "
                     "nan/inf, or use precision='bf16'/'fp32' instead of fp16. `torchwise check` finds the "
                     "first layer whose output goes non-finite.")
-
-    def _step_with_compile_fallback(self, micro: list, measure_norm: bool, progress: Progress):
-        try:
-            return self.step_runner.run(micro, measure_norm=measure_norm)
-        except Exception as exc:
-            if self.eager_model is None or not is_compile_failure(exc):
-                raise
-            # BackendCompilerFailed wraps the backend's own error, which is the one that explains
-            inner = getattr(exc, "inner_exception", None) or exc.__cause__ or exc
-            reason = f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[0][:300]}"
-            progress.message(f"torchwise: torch.compile failed, training continues in eager mode "
-                             f"({type(exc).__name__} - {reason})")
-            self.fast_plan.on.discard("compile")
-            self.fast_plan.why_off["compile"] = f"failed: {type(exc).__name__}"
-            self.train_model = self.step_core.model = self.eager_model
-            self.eager_model = None
-            return self.step_runner.run(micro, measure_norm=measure_norm)
 
     def _watch_shapes(self, micro: list, progress: Progress) -> None:
         for inputs, _, _ in micro:
