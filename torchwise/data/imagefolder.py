@@ -588,8 +588,3 @@ class ImageDataset:
 
     def __getitem__(self, index: int):
         return self.transform(self.load_pixels(index)), self.samples[index][1]
-
-
-def convert_cache(cache: dict[str, Any], mode: str) -> dict[str, Any]:
-    """Convert cached images once to the mode the model takes (instead of on every access)."""
-    return {path: (image if image.mode == mode else to_mode(image, mode)) for path, image in cache.items()}

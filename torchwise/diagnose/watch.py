@@ -35,7 +35,6 @@ API for the Trainer (and anyone driving the loop themselves)::
     ...optimizer.step()  # the step hooks do the rest
     # driven mode (attach(model, optimizer, driven=True)): the loop calls, after every step,
     w.end_step(stepped=True)                     #   stepped=False for a skipped step
-    w.observe_batch(inputs, targets, train=True) # optional: batches the Watcher cannot see itself
     findings = w.findings()                      # list[catalog.Finding]; cheap to call repeatedly
     w.detach()                                   # removes every hook; the Watcher stays readable
 
@@ -906,14 +905,6 @@ class Watcher:
         spent = self._deep_time - self._deep_count * p
         return spent + max(0.0, d - p) <= self.deep_budget * self._elapsed
 
-    def observe_batch(self, inputs: Any, targets: Any = None, train: bool = True) -> None:
-        """Inspect a batch the Watcher could not see through a loader (deep steps only)."""
-        if not self._deep:
-            return
-        x = inputs[0] if isinstance(inputs, (tuple, list)) and inputs else inputs
-        if isinstance(x, torch.Tensor):
-            self._inspect_input(x, train=train)
-
     # ------------------------------------------------------------------ deep steps
 
     @property
@@ -1148,7 +1139,7 @@ class Watcher:
             self.eval_forwards += 1
             self._eval_since_epoch = True
             if training and info.has_mode_layers:
-                self._hit("eval-mode-missing", info={"model": info.label}, where_skip=2)
+                self._hit("eval-mode-missing", info={"model": info.label})
         elif not training and info.has_mode_layers:
             self._pending_evalmode_train = self._pending_evalmode_train or (user_where() or "?")
         else:
@@ -1287,7 +1278,7 @@ class Watcher:
         with torch.no_grad():
             losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where, made_by)
 
-    def _hit(self, id: str, *, info: dict | None = None, where: str | None = None, where_skip: int = 0) -> None:
+    def _hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None:
         self.hits[id] = self.hits.get(id, 0) + 1
         if id not in self.hit_where:
             self.hit_where[id] = where or user_where()
@@ -1435,9 +1426,6 @@ class Watcher:
             self._opt_id_cache[key] = ids
         return ids
 
-    def backward_where_now(self) -> str | None:
-        return user_where() or self.backward_where
-
     def _hunt_op(self, func: Any, args: tuple, out: Any) -> None:
         """The first operation that turns finite inputs into NaN/inf (runs only after a non-finite loss)."""
         try:
@@ -1485,8 +1473,7 @@ class Watcher:
     def _on_accumulate(self, args: tuple, out: Any) -> None:
         # a running total made at an earlier step, not errD = errD_real + errD_fake within one step
         if _model_checks.accumulation_retains(self, args, out):
-            self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"},
-                      where_skip=4)
+            self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"})
 
     # ------------------------------------------------------------------ optimizer steps
 

@@ -56,6 +56,3 @@ class Events:
     def emit(self, event: str, **payload: Any) -> None:
         for fn in list(self._callbacks[event]):
             fn(**payload)
-
-    def has(self, event: str) -> bool:
-        return bool(self._callbacks[event])

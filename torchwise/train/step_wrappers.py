@@ -120,7 +120,6 @@ class OOMGuard:
         self.notify = notify or (lambda text: print(text, file=sys.stderr, flush=True))
         self.parts = 1          # each loader batch is run as this many micro-batches
         self.steps = 0
-        self.events: list[dict[str, Any]] = []
 
     @property
     def scaler(self):
@@ -170,7 +169,6 @@ class OOMGuard:
             self.parts *= 2
             new_largest = max(n for _, _, n in smaller)
             total = sum(n for _, _, n in micro)
-            self.events.append({"step": self.steps, "from": largest, "to": new_largest, "error": failure})
             self.notify(f"torchwise: step {self.steps}: out of memory with micro-batch {largest}; continuing with "
                         f"micro-batch {new_largest} x {self.accumulate * self.parts} accumulation steps "
                         f"(effective batch {total} and results unchanged). ({failure})")

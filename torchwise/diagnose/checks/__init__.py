@@ -35,7 +35,6 @@ def decide_all(w) -> list[Finding]:
             found += module.decide(w, ls) if name in ("optim", "model") else module.decide(w)
         except Exception as exc:
             w.internal_error(f"detectors in checks/{name}.py", exc)
-    found += getattr(w, "extra_findings", [])
     found = _drop_consequences(found)
     seen, unique = set(), []
     for f in found:
