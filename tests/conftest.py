@@ -133,7 +133,7 @@ def run_checked_quietly(path: Path):
     import contextlib
     import io
 
-    from torchwise.diagnose.runner import run_script
+    from torchwise.script_check.runner import run_script
 
     with contextlib.redirect_stdout(io.StringIO()):
         return run_script(str(path), [])

@@ -26,7 +26,7 @@ import torch
 
 from torchwise.diagnose.checks import model as model_checks
 from torchwise.diagnose.checks import optim as optim_checks
-from torchwise.diagnose.runner import run_script
+from torchwise.script_check.runner import run_script
 from torchwise.diagnose.watch import StopScript, Watcher
 
 ZOO = Path(__file__).parent / "check_zoo"

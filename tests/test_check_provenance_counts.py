@@ -181,7 +181,7 @@ def test_output_reaches_the_stream_and_a_replaced_stdout_stays(tmp_path):
     import io
     import sys
 
-    from torchwise.diagnose.runner import run_script
+    from torchwise.script_check.runner import run_script
     path = script(tmp_path, """
         import sys, io, torch
         print("before", 1.5)

@@ -7,7 +7,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchwise
-from torchwise.diagnose.sanity import overfit_one_batch
+from torchwise.script_check.sanity import overfit_one_batch
 from torchwise.diagnose.watch import Watcher
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from torchwise.diagnose.catalog import CATALOG
-from torchwise.diagnose.runner import run_script
+from torchwise.script_check.runner import run_script
 
 ZOO = Path(__file__).parent / "check_zoo"
 BUGGY = sorted((ZOO / "buggy").glob("*.py"))

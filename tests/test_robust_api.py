@@ -486,11 +486,11 @@ SCRIPT = textwrap.dedent("""
     torch.set_num_threads(1)
     sys.path[:0] = [sys.argv[1], sys.argv[2]]
     from test_robust_api import build
-    from torchwise.train import checkpoint
+    from torchwise import files
 
-    real_fsync = checkpoint._fsync_file
+    real_fsync = files.fsync_file
     for how in ("once", "twice", "during-save"):
-        checkpoint._fsync_file = real_fsync
+        files.fsync_file = real_fsync
         t = build(os.path.join(sys.argv[3], how))
 
         def on_step(step, how=how, **_):
@@ -503,7 +503,7 @@ SCRIPT = textwrap.dedent("""
                 def fsync_then_interrupt(path):
                     real_fsync(path)
                     os.kill(os.getpid(), signal.SIGINT)
-                checkpoint._fsync_file = fsync_then_interrupt
+                files.fsync_file = fsync_then_interrupt
 
         t.on("step_end", on_step)
         print(f"=== {how}", file=sys.stderr, flush=True)

@@ -451,12 +451,12 @@ def test_a_failed_checkpoint_write_cleans_up_and_names_the_good_one(tmp_path):
 
 def test_an_atomic_write_that_fails_keeps_the_old_file(tmp_path):
     from torchwise.errors import TorchwiseError
-    from torchwise.train import checkpoint as ckpt
+    from torchwise import files
 
     target = tmp_path / "meta.json"
     target.write_text("old")
     with pytest.raises(TorchwiseError) as excinfo:
-        with ckpt.atomic_write_path(target) as tmp:
+        with files.atomic_write_path(target) as tmp:
             tmp.mkdir()  # then writing a file there fails: IsADirectoryError
             tmp.write_text("new")
     assert_clear_api_error(excinfo, str(target))

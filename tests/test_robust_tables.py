@@ -17,7 +17,8 @@ import pytest
 from conftest import assert_clear_api_error, run_cli, write_color_images
 from torchwise import config as cfg
 from torchwise.cli.main import SUBCOMMANDS, build_parser, main
-from torchwise.data import numbers, tabular, tasks
+from torchwise import numbers
+from torchwise.data import tabular, tasks
 from torchwise.errors import ConfigError, TorchwiseError
 
 # ----------------------------------------------------------------------------- one cell

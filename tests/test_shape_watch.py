@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from torchwise.train.shape_watch import ShapeWatch, wanted
+from torchwise.diagnose.shape_watch import ShapeWatch, wanted
 
 
 class VariableImages(Dataset):

@@ -156,7 +156,7 @@ def counting(monkeypatch):
 
 
 def test_the_overfit_check_runs_the_shared_body(counting):
-    from torchwise.diagnose.sanity import overfit_one_batch
+    from torchwise.script_check.sanity import overfit_one_batch
 
     (x,), y, _ = batches([16], seed=0)[0]
     result = overfit_one_batch(net(), x, y, nn.functional.cross_entropy, steps=40, lr=1e-2)
@@ -177,7 +177,7 @@ def test_the_memory_measurement_runs_the_shared_body(counting):
 def test_lr_find_runs_the_shared_body(counting):
     from torch.utils.data import TensorDataset
 
-    from torchwise.diagnose.lr_find import lr_find
+    from torchwise.train.lr_find import lr_find
 
     (x,), y, _ = batches([64], seed=0)[0]
     model = net()

@@ -28,7 +28,7 @@ _LAZY = {
     "memory_estimate": "torchwise.toolbox.memory",
     "find_batch_size": "torchwise.toolbox.batch_size",
     "enable_checkpointing": "torchwise.toolbox.checkpointing",
-    "lr_find": "torchwise.diagnose.lr_find",
+    "lr_find": "torchwise.train.lr_find",
     "tune": "torchwise.tune",
     "tune_loader": "torchwise.data.tune_loader",
     "class_weights": "torchwise.data.class_weights",

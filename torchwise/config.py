@@ -236,7 +236,7 @@ class _NoMatch(Exception):
 
 def _number_text(value: str, integer: bool) -> int | float:
     """A number a person wrote as text ("1e-3", " 64 ", "1_000", "20%"): the same reader as CSV cells."""
-    from torchwise.data.numbers import NumberTextError, read_number
+    from torchwise.numbers import NumberTextError, read_number
 
     try:
         return read_number(value, integer=integer)
@@ -248,7 +248,7 @@ def _coerce_one(tp: Any, value: Any, from_text: bool) -> Any:
     # Over 60 lines: one branch per supported type, kept together so every accepted spelling reads in one place.
     """Convert `value` to the type `tp` or raise _NoMatch. A string means the same whether it comes
     from a flag, --set or a YAML file (PyYAML reads `lr: 1e-3` as the string "1e-3"): numbers are read
-    by torchwise.data.numbers, booleans from true/false, yes/no, on/off, 1/0, none from none/null/~.
+    by torchwise.numbers, booleans from true/false, yes/no, on/off, 1/0, none from none/null/~.
     `from_text` is kept for callers; it no longer changes what is accepted."""
     if tp is type(None):
         if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):

@@ -158,7 +158,7 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | Path,
     file the user writes."""
     from safetensors.torch import save_file
 
-    from torchwise.train.checkpoint import atomic_write_path
+    from torchwise.files import atomic_write_path
 
     path = Path(path)
     meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-DEFAULT_MAX_STEPS = 300  # mirrors torchwise.diagnose.runner.DEFAULT_MAX_STEPS (kept light: no import here)
+DEFAULT_MAX_STEPS = 300  # mirrors torchwise.script_check.runner.DEFAULT_MAX_STEPS (kept light: no import here)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         from torchwise.errors import TorchwiseError
         raise TorchwiseError("--max-steps must be >= 0", values={"max_steps": args.max_steps},
                              fix="--max-steps 300 (0 runs the script to the end)")
-    from torchwise.diagnose.runner import run_script
+    from torchwise.script_check.runner import run_script
 
     def finish(result) -> int:
         return _report(args, script, result)

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from torchwise.data.tasks import prepare_task
-    from torchwise.diagnose.lr_find import run_lr_find
+    from torchwise.train.lr_find import run_lr_find
     from torchwise.models import build_model
     from torchwise.train.reproducibility import seed_everything
 

@@ -335,7 +335,7 @@ def _with_absolute_paths(config):
 
 def _publish(staging: Path, run_dir: Path) -> None:
     """The prepared run files into the run directory, each replaced atomically (never half written)."""
-    from torchwise.train.checkpoint import atomic_write_path
+    from torchwise.files import atomic_write_path
 
     for path in sorted(staging.iterdir()):
         with atomic_write_path(run_dir / path.name) as tmp:
@@ -354,6 +354,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
 
     `on_trainer(trainer)` is called before training starts (e.g. `torchwise tune` registers its
     evaluation callback there)."""
+    from torchwise import files
     from torchwise.train import checkpoint as ckpt
 
     if not config.output.dir:
@@ -379,7 +380,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
     try:
         return _train_in(config, run_dir, staging, dist_env, log, on_trainer)
     except OSError as exc:  # a write into the run directory failed midway (disk full, file size limit)
-        raise ckpt.write_error("A file of the run could not be written or read.", Path(exc.filename or run_dir),
+        raise files.write_error("A file of the run could not be written or read.", Path(exc.filename or run_dir),
                                exc, "free disk space (or raise the file size limit) and continue the run with "
                                f"torchwise train --out {run_dir} --resume (from its newest checkpoint)") from exc
     finally:

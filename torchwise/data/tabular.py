@@ -7,7 +7,7 @@ statistics from the training split alone.
 
 Reading the file: the encoding (UTF-8 with or without Excel's byte-order mark, UTF-16 with one,
 else Windows-1252/Latin-1, said), the delimiter (`,` `;` tab `|`, or Excel's `sep=` first line),
-and every number through torchwise.data.numbers: a column is numeric when every present value is a
+and every number through torchwise.numbers: a column is numeric when every present value is a
 number under one decimal mark, decided per column. A non-finite cell (inf, #DIV/0!) is missing and
 said. A column dropped or read as categories is said with the reason and example values.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchwise.data import numbers
+from torchwise import numbers
 from torchwise.errors import TorchwiseError
 
 MISSING_TOKENS = numbers.MISSING_TOKENS

@@ -40,7 +40,7 @@ API for the Trainer (and anyone driving the loop themselves)::
 
 `Finding.to_dict()` gives {"id", "severity", "title", "message", "where", "evidence", "why",
 "fix", "detected_by"}; `w.report()` the whole JSON report; `w.render()` the text a person reads.
-The overfit-one-batch sanity test is `torchwise.diagnose.sanity.overfit_one_batch(model, inputs,
+The overfit-one-batch sanity test is `torchwise.script_check.sanity.overfit_one_batch(model, inputs,
 targets, loss_fn)` (works on a copy). Measured cost of the Trainer path: bench/bench_check_overhead.py.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ from torch.overrides import TorchFunctionMode
 
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks import losses as _losses_checks, model as _model_checks, optim as _optim_checks
-from torchwise.train.shape_watch import sample_shape_key
+from torchwise.diagnose.shape_watch import sample_shape_key
 
 
 def _quiet():

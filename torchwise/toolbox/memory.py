@@ -476,7 +476,7 @@ def bytes_from_text(text: str) -> int:
     t = str(text).strip().lower().replace(" ", "")
     units = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
              "g": 1024**3, "gb": 1024**3, "gib": 1024**3, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}
-    from torchwise.data.numbers import NumberTextError, read_number  # the one reader of numbers in text
+    from torchwise.numbers import NumberTextError, read_number  # the one reader of numbers in text
 
     number = t.rstrip("kmgtib")
     unit = t[len(number):]

@@ -11,7 +11,6 @@ recognised before loading, and the previous good one is used instead, with a war
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -19,103 +18,15 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from torchwise.errors import CheckpointError, TorchwiseError
+from torchwise import files
+from torchwise.errors import CheckpointError
 
 PREFIX = "step-"
 MARKER = "COMPLETE"
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    try:  # Linux says it without changing it
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _usual_mode(path: Path) -> None:
-    """The mode a plain open() would give: safetensors writes its file 0600 whatever the umask says,
-    which hides weights from the rest of a team sharing the run directory."""
-    os.chmod(path, 0o666 & ~_umask())
-
-
-def _space_and_limit(folder: Path) -> dict[str, str]:
-    """Free space where `folder` is, and this process' file size limit when it has one."""
-    found = {}
-    with contextlib.suppress(OSError):
-        found["free disk space"] = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB"
-    with contextlib.suppress(ImportError, OSError, ValueError):
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        if soft != resource.RLIM_INFINITY:
-            found["file size limit"] = f"{soft} bytes (ulimit -f)"
-    return found
-
-
-def write_error(what: str, path: Path, exc: BaseException, fix: str, **values: Any) -> TorchwiseError:
-    """A failed write (disk full, file too large, read-only disk, a file where a folder belongs) as an
-    error that names the file and the system's reason instead of a traceback from inside a writer."""
-    reason = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return TorchwiseError(what, values={"path": str(path), "error": reason, **values}, fix=fix)
-
-
-def is_write_failure(exc: BaseException) -> bool:
-    """The disk said no (full, file size limit, read-only, I/O error), whoever was writing: open() and
-    os raise OSError, safetensors its own error with the OS's words, torch.save a RuntimeError."""
-    if isinstance(exc, OSError):
-        return True
-    return isinstance(exc, _safetensors_errors() + (RuntimeError,)) and (
-        "os error" in str(exc).lower() or "write" in str(exc).lower())
-
-
-@contextlib.contextmanager
-def atomic_write_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; on success fsync it and rename it over `path`.
-
-    The file gets the usual mode from the umask (0644 under umask 022), whoever wrote it."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            yield tmp
-            _usual_mode(tmp)
-            _fsync_file(tmp)
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
-        except Exception as exc:
-            if not is_write_failure(exc):
-                raise
-            raise write_error("Could not write a file of the run.", path, exc,
-                              "free disk space (or raise the file size limit), check that the folder is "
-                              "writable, and run again (a training run continues with --resume); the previous "
-                              "version of the file is unchanged") from exc
-    finally:
-        if tmp.is_dir():  # whatever the writer left there, a file or (it happens) a folder
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
 
 
 def checkpoint_name(step: int) -> str:
@@ -154,11 +65,11 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
         # The marker is written only once both files are whole (and fsync'ed): a write that fails
         # or is killed before this line leaves a directory that no reader takes for a checkpoint.
         for name in ("model.safetensors", "state.pt"):
-            _usual_mode(tmp / name)
-            _fsync_file(tmp / name)
+            files.usual_mode(tmp / name)
+            files.fsync_file(tmp / name)
         (tmp / MARKER).write_text(json.dumps({"step": step, "time": time.time()}))
-        _fsync_file(tmp / MARKER)
-        _fsync_dir(tmp)
+        files.fsync_file(tmp / MARKER)
+        files.fsync_dir(tmp)
     except BaseException as exc:  # disk full, file size limit, I/O error (safetensors, torch, open()), Ctrl-C
         if not isinstance(exc, Exception):  # interrupted: no half checkpoint stays behind either
             if tmp is not None:
@@ -171,11 +82,11 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         good = [p for p in list_checkpoints(root) if unreadable_reason(p) is None]
-        raise write_error(
+        raise files.write_error(
             f"Could not write checkpoint {final.name}.", final, exc,
             "free disk space (or raise the file size limit), then continue the run with --resume"
             + (f": it restarts from {good[-1].name}, which is intact" if good else " (no checkpoint was saved yet)"),
-            **{"while writing": where, **_space_and_limit(root),
+            **{"while writing": where, **files.space_and_limit(root),
                "latest good checkpoint": good[-1].name if good else "none"}) from exc
     if final.exists():  # the same step saved again (a resumed run): move the old one out of the way first
         old = root / f".old-{checkpoint_name(step)}-{os.getpid()}"
@@ -184,7 +95,7 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)
-    _fsync_dir(root)
+    files.fsync_dir(root)
     return final
 
 
@@ -345,17 +256,9 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
         # must stay on the CPU, so the rest of the state is always read onto the CPU.
         name = "state.pt"
         state = torch.load(path / name, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError, EOFError) + _safetensors_errors() as exc:  # damaged inside
+    except (OSError, RuntimeError, ValueError, EOFError) + files.safetensors_errors() as exc:  # damaged inside
         raise CheckpointError("The checkpoint cannot be read: a file is damaged.",
                               values={"path": str(path / name), "size": f"{(path / name).stat().st_size} bytes",
                                       "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__},
                               fix="Resume from an earlier checkpoint, or restore the file from a backup.") from exc
     return weights, state
-
-
-def _safetensors_errors() -> tuple[type[BaseException], ...]:
-    try:
-        from safetensors import SafetensorError
-    except ImportError:  # older safetensors: its error is a plain Exception subclass
-        return ()
-    return (SafetensorError,)

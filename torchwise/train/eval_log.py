@@ -80,7 +80,7 @@ class TrainerReporting:
                              "with resume=True.")
 
     def metrics_log(self, resumed: bool):
-        from torchwise.report.metrics import MetricsLog
+        from torchwise.train.metrics_log import MetricsLog
 
         columns = [f"val_{k}" for k in self.metrics] + (["val_mae"] if self.config.task == "regression" else [])
         return MetricsLog(self.config.out_dir if self.dist.is_main else None, columns,

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from torchwise.errors import ConfigError, TorchwiseError
+from torchwise import files
 from torchwise.train import checkpoint as ckpt
 from torchwise.train.distributed import barrier, gather_objects, sum_across
 from torchwise.train.reproducibility import capture_rng_state, restore_rng_state, seed_everything
@@ -105,7 +106,7 @@ class RunFiles:
     def write_config(self) -> None:
         """The resolved settings (and the launcher's config) in the run directory, as in every checkpoint."""
         if self.out_dir is not None and self.run.dist.is_main:
-            with ckpt.atomic_write_path(self.out_dir / CONFIG_FILE) as tmp:
+            with files.atomic_write_path(self.out_dir / CONFIG_FILE) as tmp:
                 tmp.write_text(json.dumps(self.config_record(), indent=2, default=str))
 
     def config_record(self) -> dict[str, Any]:
@@ -277,7 +278,7 @@ class RunFiles:
                                  else run.best.value, "step": run.best.step})
         final = self.out_dir / "final"
         path = save_state_dict(weights, final / "model.safetensors", {"torchwise": _version()})
-        with ckpt.atomic_write_path(final / "meta.json") as tmp:
+        with files.atomic_write_path(final / "meta.json") as tmp:
             tmp.write_text(json.dumps(meta, indent=2, default=str))
         return path
 
@@ -296,6 +297,6 @@ def _len_or_minus1(data: Any) -> int:
 
 
 def _version() -> str:
-    from torchwise import __version__
+    from torchwise.version import __version__
 
     return __version__

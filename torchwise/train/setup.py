@@ -18,7 +18,8 @@ from torch import nn
 
 from torchwise.errors import ConfigError, TorchwiseError
 from torchwise.train import checkpoint as ckpt
-from torchwise.train import distributed, shape_watch
+from torchwise.diagnose import shape_watch
+from torchwise.train import distributed
 from torchwise.train import input_checks as checks_
 from torchwise.train.evaluation import Evaluator
 from torchwise.train.fast import apply_to_model, compile_model, device_step_blocker, plan_fast
@@ -61,7 +62,7 @@ class TrainerSetup:
     def setup_run(self) -> Path | None:
         """Everything fit() needs; returns the checkpoint resumed from, if any. Long because it is the
         one ordered list of the run's parts (each step needs the ones before it), said once."""
-        from torchwise.data.loaders import build_loader
+        from torchwise.train.loaders import build_loader
         from torchwise.train.step_wrappers import compose_step
 
         cfg = self.config
@@ -258,7 +259,7 @@ class TrainerSetup:
 
 
     def eval_loader(self, data: Any):
-        from torchwise.data.loaders import build_loader
+        from torchwise.train.loaders import build_loader
 
         cfg = self.config
         data = self.val_data if data is None else data

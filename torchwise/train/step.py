@@ -1,7 +1,7 @@
 """The training step: ONE body (`StepRunner.body`) that every path runs, in the right order, on one screen.
 
 The eager step, the sync-free step, the CUDA-graph capture (train/graphed_step.py), lr-find, the
-memory measurement (toolbox/memory.py) and the overfit check (diagnose/sanity.py) all run `body`;
+memory measurement (toolbox/memory.py) and the overfit check (script_check/sanity.py) all run `body`;
 only how its one finite check is read differs: on the host (one sync per step, every optimizer),
 or on the device (a fused optimizer's found_inf: no sync, capturable). The wrappers around it
 (out-of-memory adaptation, the compile fallback, the choice of those paths) are put together in

@@ -160,8 +160,8 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
 
     def lr_find(self, **kwargs: Any):
         """Learning-rate sweep with this Trainer's model, optimizer, data and precision; restores everything
-        afterwards. See torchwise.diagnose.lr_find.run_lr_find for the options and the result."""
-        from torchwise.diagnose.lr_find import run_lr_find
+        afterwards. See torchwise.train.lr_find.run_lr_find for the options and the result."""
+        from torchwise.train.lr_find import run_lr_find
 
         return run_lr_find(self, **kwargs)
 

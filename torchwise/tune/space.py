@@ -178,7 +178,7 @@ def _number(key: str, name: str, value: Any) -> float:
     # PyYAML reads `1e-4` (no dot) as text; accept it as the number everyone means (the one reader of
     # numbers in text, as config values use).
     if isinstance(value, str):
-        from torchwise.data.numbers import NumberTextError, read_number
+        from torchwise.numbers import NumberTextError, read_number
 
         try:
             value = read_number(value)

@@ -294,7 +294,7 @@ def _pin_memory(w) -> list[Finding]:
 
 # --------------------------------------------------------------------------- cudnn-benchmark-varying-shapes
 def _cudnn_benchmark(w) -> list[Finding]:
-    from torchwise.train.shape_watch import LIMIT, show_shape  # the Trainer's own watch: the same limit
+    from torchwise.diagnose.shape_watch import LIMIT, show_shape  # the Trainer's own watch: the same limit
 
     st = w.bench_shapes
     shapes = st["shapes"]

@@ -11,7 +11,7 @@ How a run can end, and what each means for the verdict:
 - the script raises: it failed, and only what ran before is judged;
 - Ctrl-C: what was seen so far is still judged and reported.
 Worker processes the script starts (torch.multiprocessing.spawn, multiprocessing.Process) are checked
-too, each under its own Watcher (diagnose/follow.py); their findings and steps are merged here.
+too, each under its own Watcher (script_check/follow.py); their findings and steps are merged here.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
 
     finish(result) -> exit status: called (then the process exits) when the script keeps swallowing
     check's stop (a bare `except:` around its loop), so that what was seen is still reported."""
-    from torchwise.diagnose import follow
+    from torchwise.script_check import follow
     from torchwise.diagnose.errors import translate
     from torchwise.diagnose.watch import StopScript, Watcher
 
@@ -185,7 +185,7 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
     findings = watcher.findings()
     overfit_result = None
     if overfit:
-        from torchwise.diagnose.sanity import overfit_from_capture
+        from torchwise.script_check.sanity import overfit_from_capture
         overfit_result = overfit_from_capture(watcher.overfit_capture)
         if overfit_result.get("finding") is not None:
             findings = findings + [overfit_result["finding"]]

@@ -334,7 +334,7 @@ def run_lr_find(trainer: Any, *, plot: str | Path | None = None, **kwargs: Any) 
 
 
 def _build_loader(data: Any, device: torch.device, batch_size: int, seed: int, num_workers: int | str):
-    from torchwise.data.loaders import build_loader
+    from torchwise.train.loaders import build_loader
 
     return build_loader(data, role="train_data", train=True, device=device, batch_size=batch_size, seed=seed,
                         num_workers=num_workers)
