@@ -88,7 +88,7 @@ class CallProbes:
             self._wrap(scaler_cls, "scale", self._on_scaler_scale)
             self._wrap(scaler_cls, "update", self._on_scaler_update)
         from torch.optim.optimizer import register_optimizer_step_post_hook
-        self.w._handles.append(register_optimizer_step_post_hook(self._on_step))
+        self.w.handles.append(register_optimizer_step_post_hook(self._on_step))
 
     def _wrap(self, owner: Any, name: str, before: Any) -> None:
         original = owner.__dict__.get(name)
@@ -103,7 +103,7 @@ class CallProbes:
             return original(obj, *args, **kwargs)
 
         wrapper.__wrapped__ = original
-        self.w._patches.append((owner, name, original))
+        self.w.patches.append((owner, name, original))
         setattr(owner, name, wrapper)
 
     def _wrap_function(self, owner: Any, name: str) -> None:
@@ -121,7 +121,7 @@ class CallProbes:
             return original(params, *args, **kwargs)
 
         wrapper.__wrapped__ = original
-        self.w._patches.append((owner, name, original))
+        self.w.patches.append((owner, name, original))
         setattr(owner, name, wrapper)
 
     # ------------------------------------------------------------------ schedulers
@@ -143,7 +143,7 @@ class CallProbes:
         if rec.collapse_at is None and rec.lr_first and lr < rec.lr_first / 100:
             rec.collapse_at = rec.calls
         rec.ended_at_step = self.w.steps
-        p = self.w._cur_pass
+        p = self.w.cur_pass
         if p is None or p.ended or p.steps == 0:
             return  # between epochs: where an epoch scheduler belongs
         rec.per_pass[p.index] = rec.per_pass.get(p.index, 0) + 1
@@ -181,7 +181,7 @@ class CallProbes:
             if params and not grads:
                 self.clip_useless = {"call": name, "reason": "none of the parameters has a gradient (.grad is None)",
                                      "where": user_where(3), "step": self.w.steps}
-            elif self.w._stepped_since_backward and self.w.backwards > 0:
+            elif self.w.stepped_since_backward and self.w.backwards > 0:
                 self.clip_useless = {"call": name, "reason": "after optimizer.step(), before the next backward()",
                                      "where": user_where(3), "step": self.w.steps}
         if self.clip_scaled is None and grads:
@@ -195,7 +195,7 @@ class CallProbes:
     # ------------------------------------------------------------------ distributed sampling
 
     def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        p = self.w._cur_pass
+        p = self.w.cur_pass
         if self.ddp_unsharded is not None or p is None or p.ended or id(p.loader) in self._loaders_checked:
             return
         self._loaders_checked.add(id(p.loader))

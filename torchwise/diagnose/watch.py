@@ -151,7 +151,7 @@ def _is_user_file(filename: str) -> bool:
     return hit
 
 
-def _show_path(filename: str) -> str:
+def show_path(filename: str) -> str:
     try:
         rel = os.path.relpath(filename)
     except ValueError:
@@ -164,7 +164,7 @@ def user_where(skip: int = 1) -> str | None:
     frame = sys._getframe(skip)
     while frame is not None:
         if _is_user_file(frame.f_code.co_filename):
-            return f"{_show_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+            return f"{show_path(frame.f_code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
 
@@ -187,7 +187,7 @@ def where_defined(obj: Any) -> str | None:
     code = getattr(func, "__code__", None)
     if code is None or not _is_user_file(code.co_filename):
         return None
-    return f"{_show_path(code.co_filename)}:{code.co_firstlineno}"
+    return f"{show_path(code.co_filename)}:{code.co_firstlineno}"
 
 
 _TORCH_DIR = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
@@ -448,21 +448,21 @@ class _Mode(TorchFunctionMode):
         w = self.w
         if not self.active or _compiling():  # (dynamo must not trace the warnings swap)
             return func(*args, **kwargs)
-        if w._manual_watch and func in _INPLACE_FUNCS:
-            w._note_manual_update(args)
+        if w.manual_watch and func in _INPLACE_FUNCS:
+            w.note_manual_update(args)
         if not (w._deep or w._loss_scope):
             return _call_torch(func, args, kwargs)
         out = _call_torch(func, args, kwargs)
-        if w._op_hunt or (w.check_mode and w.nonfinite_op is None and func in _NAN_PRONE):
-            w._hunt_op(func, args, out)
+        if w.op_hunt or (w.check_mode and w.nonfinite_op is None and func in _NAN_PRONE):
+            w.hunt_op(func, args, out)
         try:
             kind = _LOSS_KINDS.get(func)
             if kind is not None and len(args) >= 2:
-                w._on_loss(kind, func, args[0], args[1], kwargs, out, len(args))
+                w.on_loss(kind, func, args[0], args[1], kwargs, out, len(args))
             elif func in _RELU_FUNCS and w._deep:
-                w._on_relu_func(args[0] if args else None, out)
-            elif w._bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
-                w._on_accumulate(args, out)
+                w.on_relu_func(args[0] if args else None, out)
+            elif w.bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
+                w.on_accumulate(args, out)
             elif w.followed or func in _TOKEN_FUNCS:  # model outputs -> their max/topk values -> a comparison
                 # with labels; token ids encoded for a model (a language model's), even before its first output
                 _losses_checks.follow(w, func, args, out)
@@ -496,14 +496,14 @@ class _PassIter:
         return getattr(self._it, name)
 
     def __next__(self):
-        self._w._maybe_stop()
+        self._w.maybe_stop()
         info = self._info
         t0 = time.perf_counter()
         try:
             batch = next(self._it)
         except StopIteration:
             info.ended = True
-            self._w._end_pass(info)
+            self._w.end_pass(info)
             raise
         t1 = time.perf_counter()
         if info.last_return is not None:
@@ -513,7 +513,7 @@ class _PassIter:
         info.n_batches += 1
         if len(info.batch_sizes) < 100_000:
             info.batch_sizes.append(_batch_size(batch))
-        self._w._cur_pass = info
+        self._w.cur_pass = info
         return batch
 
 
@@ -548,9 +548,9 @@ class OutputTap:
         if self._tw_on:
             try:
                 w = self._tw_watcher
-                if isinstance(text, str) and w.train_passes_ended and w._printed_chars < self.MAX_CHARS \
+                if isinstance(text, str) and w.train_passes_ended and w.printed_chars < self.MAX_CHARS \
                         and any(c.isdigit() for c in text):
-                    w._printed_chars += len(text)
+                    w.printed_chars += len(text)
                     w.printed.append((w.train_passes_ended, text, user_where(2)))
             except Exception:  # the script's output comes first
                 pass
@@ -599,16 +599,16 @@ class Watcher:
         self._loss_scope = False
         self._attached = False
         self._global = False
-        self._handles: list = []
+        self.handles: list = []
         self._deep_handles: list = []
-        self._patches: list[tuple[Any, str, Any]] = []
+        self.patches: list[tuple[Any, str, Any]] = []
         self._mode: _Mode | None = None
         self._stack: list[nn.Module] = []
         self.roots: dict[int, RootInfo] = {}
         self._local_ids: set[int] = set()  # every module of the models (local mode watches only those)
         self._not_roots: set[int] = set()
         self.optimizers: list[torch.optim.Optimizer] = []
-        self._opt_param_ids: set[int] = set()
+        self.opt_param_ids: set[int] = set()
         self._local_opts: set[int] = set()
         self.step_where: str | None = None
         self.backward_where: str | None = None
@@ -625,15 +625,15 @@ class Watcher:
         # optimizer-level evidence (deep steps)
         self.grad_records: list[dict] = []
         self.update_ratios: list[tuple[int, float]] = []
-        self._snap: list | None = None
-        self._zero_sample: list = []
+        self.snap: list | None = None
+        self.zero_sample: list = []
         self._grad_hooks: dict[int, Any] = {}
         self._zg_state: dict[int, str] = {}
         self._zg_params: dict[int, Any] = {}
         self._zg_where: str | None = None
         self._opt_id_cache: dict[int, set[int]] = {}
-        self._stepped_since_backward = False
-        self._backward_since_step = 0
+        self.stepped_since_backward = False
+        self.backward_since_step = 0
         self.not_in_opt: dict[int, tuple[str, str]] = {}
         self.no_grad_events: list[dict] = []
         # modules
@@ -646,12 +646,12 @@ class Watcher:
         self.nonfinite_input: dict | None = None
         self.first_nonfinite_loss_step: int | None = None
         self.nonfinite_op: dict | None = None
-        self._op_hunt = check_mode  # check runs are short: look for the op that makes NaN from the start
+        self.op_hunt = check_mode  # check runs are short: look for the op that makes NaN from the start
         self.input_stats: dict[str, Any] = {"n": 0, "max_abs_mean": 0.0, "max_std": 0.0, "scale_ratio": 0.0,
                                             "where": None, "max_abs": 0.0}
         self._pending_evalmode_train: str | None = None
         # retention
-        self._bw_ids: dict[int, weakref.ref] = {}
+        self.bw_ids: dict[int, weakref.ref] = {}
         self._bw_refs: list[tuple[int, weakref.ref]] = []
         self.retained_losses = 0
         # evidence of symmetric-init, compare-values-not-indices, eval-without-no-grad, accumulation-unscaled
@@ -666,7 +666,7 @@ class Watcher:
         # phases and data
         self._phase: str | None = None
         self.passes: list[PassInfo] = []
-        self._cur_pass: PassInfo | None = None
+        self.cur_pass: PassInfo | None = None
         self.loader_sites: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
         self.sampler_epochs: dict[int, list] = {}
         self.eval_seen = False
@@ -693,7 +693,7 @@ class Watcher:
         self.capture_overfit = False
         self._findings: list[Finding] | None = None
         # hand-written updates (no optimizer object): parameters written in place after a backward()
-        self._manual_watch = False       # on once a backward() has run and no optimizer has stepped
+        self.manual_watch = False       # on once a backward() has run and no optimizer has stepped
         self.manual_steps = 0
         self._param_ptrs: dict[int, int] = {}  # storage address -> id(param), for p.data.add_(...)
         self._manual_since_backward = False
@@ -710,7 +710,7 @@ class Watcher:
         # loss-average-wrong-count: what the script printed (OutputTap), training passes that ended, and the
         # loss tensors returned by a torch loss function with reduction="mean" (deep steps)
         self.printed: list[tuple[int, str, str | None]] = []
-        self._printed_chars = 0
+        self.printed_chars = 0
         self.train_passes_ended = 0
         self._mean_loss_outs: dict[int, weakref.ref] = {}
 
@@ -745,7 +745,7 @@ class Watcher:
                 self.on_force_stop()
         raise StopScript()
 
-    def _maybe_stop(self) -> None:
+    def maybe_stop(self) -> None:
         if self.stop_reason is not None and self.check_mode:
             self._raise_stop()
 
@@ -770,19 +770,19 @@ class Watcher:
             if not self._global:
                 self._local_opts.add(id(optimizer))
                 if not self.driven:
-                    self._handles.append(optimizer.register_step_pre_hook(self._on_step_pre))
-                    self._handles.append(optimizer.register_step_post_hook(self._on_step_post))
+                    self.handles.append(optimizer.register_step_pre_hook(self._on_step_pre))
+                    self.handles.append(optimizer.register_step_post_hook(self._on_step_post))
         if not self.driven:
             # The models' own hook dicts stay untouched: a hook stored in a module is pickled by
             # torch.save(model), copied by deepcopy and compiled by torch.jit.script.
             from torch.nn.modules.module import register_module_forward_pre_hook
-            self._handles.append(register_module_forward_pre_hook(self._global_root_pre))
+            self.handles.append(register_module_forward_pre_hook(self._global_root_pre))
         if self._global:
             from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-            self._handles.append(register_optimizer_step_pre_hook(self._on_step_pre))
-            self._handles.append(register_optimizer_step_post_hook(self._on_step_post))
-            self._patch_backward()
-            self._patch_dataloader()
+            self.handles.append(register_optimizer_step_pre_hook(self._on_step_pre))
+            self.handles.append(register_optimizer_step_post_hook(self._on_step_post))
+            self.patch_backward()
+            self.patch_dataloader()
             from torchwise.diagnose.probes import CallProbes
             self.calls = CallProbes(self)
             self.calls.install()
@@ -808,18 +808,18 @@ class Watcher:
             except Exception:
                 pass
             self._mode = None
-        for h in list(self._handles) + list(self._grad_hooks.values()) + self._driven_handles:
+        for h in list(self.handles) + list(self._grad_hooks.values()) + self._driven_handles:
             h.remove()
-        self._handles.clear()
+        self.handles.clear()
         self._driven_handles.clear()
         self._grad_hooks.clear()
         for info in self.roots.values():
             for h in info.handles:
                 h.remove()
             info.handles.clear()
-        for owner, name, original in reversed(self._patches):
+        for owner, name, original in reversed(self.patches):
             setattr(owner, name, original)
-        self._patches.clear()
+        self.patches.clear()
         self._attached = False
 
     def attach_loaders(self, train: Any = None, val: Any = None) -> None:
@@ -827,8 +827,8 @@ class Watcher:
         for loader in (train, val):
             if loader is not None and loader not in self.loader_sites:
                 self.loader_sites[loader] = None
-        if not any(o is torch.utils.data.DataLoader for o, _, _ in self._patches):
-            self._patch_dataloader()
+        if not any(o is torch.utils.data.DataLoader for o, _, _ in self.patches):
+            self.patch_dataloader()
 
     # ------------------------------------------------------------------ trainer-facing API
 
@@ -861,7 +861,7 @@ class Watcher:
         if self.driven and not self._deep:
             self.backwards += 1  # the loss value comes with end_step()
             return
-        self._on_backward(loss)
+        self.on_backward(loss)
 
     def end_step(self, stepped: bool = True, nonfinite_loss: bool = False, loss: float | None = None) -> None:
         """Driven mode: one training step is over. stepped=False: the loop skipped its optimizer step;
@@ -1050,7 +1050,7 @@ class Watcher:
                         "where": where_defined(type(module).forward) or user_where(),
                         "n_nonfinite": int((~torch.isfinite(out)).sum()), "numel": out.numel()}
                     if self.nonfinite_op is None and self._mode is not None:
-                        self._op_hunt = True  # the module made it: name its operation at the next forwards
+                        self.op_hunt = True  # the module made it: name its operation at the next forwards
 
     # Hooks never break the user's program: a checker bug loses evidence, not the training run.
     def _mod_pre(self, module, args):
@@ -1078,7 +1078,7 @@ class Watcher:
     def _root_pre(self, module, args):
         if _compiling():
             return
-        self._maybe_stop()
+        self.maybe_stop()
         try:
             with _quiet():
                 self._root_pre_impl(module, args)
@@ -1092,7 +1092,7 @@ class Watcher:
     def _on_step_pre(self, opt, args=(), kwargs=None):
         if _compiling():
             return
-        self._maybe_stop()
+        self.maybe_stop()
         try:
             with _quiet():
                 self._on_step_pre_impl(opt, args, kwargs)
@@ -1102,7 +1102,7 @@ class Watcher:
     def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
         _model_checks.record_relu(self, key, out, label)  # pooled over batches: batch size 1 is judged too
 
-    def _on_relu_func(self, x: Any, out: Any) -> None:
+    def on_relu_func(self, x: Any, out: Any) -> None:
         if self._stack and isinstance(self._stack[-1], nn.ReLU):
             return  # the module hook measures it, with the module's name
         if isinstance(out, torch.Tensor):
@@ -1123,7 +1123,7 @@ class Watcher:
         self._fwd_since_step += 1
         grad = torch.is_grad_enabled()
         training = module.training
-        p = self._cur_pass
+        p = self.cur_pass
         is_train_fwd = grad and training and self._phase != "eval"
         if p is not None and not p.closed:
             if training:
@@ -1242,7 +1242,7 @@ class Watcher:
             if len(self.train_hashes) < 500_000:
                 self.train_hashes.update(hashes)
         else:
-            cur = self._cur_pass if self._cur_pass is not None and not self._cur_pass.closed else None
+            cur = self.cur_pass if self.cur_pass is not None and not self.cur_pass.closed else None
             key = cur.index if cur is not None else None
             if not self._eval_group_open or not self.eval_groups or self.eval_groups[-1]["key"] != key:
                 self.eval_groups.append({"key": key, "hashes": [], "where": user_where(), "step": self.steps,
@@ -1255,7 +1255,7 @@ class Watcher:
 
     # ------------------------------------------------------------------ losses
 
-    def _on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any, npos: int = 2) -> None:
+    def on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any, npos: int = 2) -> None:
         if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         if isinstance(out, torch.Tensor):
@@ -1287,15 +1287,15 @@ class Watcher:
 
     # ------------------------------------------------------------------ backward
 
-    def _patch_backward(self) -> None:
+    def patch_backward(self) -> None:
         original = torch.autograd.backward
         watcher = self
 
         def backward(tensors, *args, **kwargs):
-            watcher._maybe_stop()
+            watcher.maybe_stop()
             try:
                 with _quiet():
-                    watcher._on_backward(tensors)
+                    watcher.on_backward(tensors)
                     if watcher._deep:
                         _optim_checks.accum_on_backward(watcher, tensors)
             except Exception as exc:
@@ -1304,7 +1304,7 @@ class Watcher:
 
         backward.__wrapped__ = original  # type: ignore[attr-defined]
         self.accum = {}
-        self._patches.append((torch.autograd, "backward", original))
+        self.patches.append((torch.autograd, "backward", original))
         torch.autograd.backward = backward
 
     def _note_autocast(self, what: str, tensor: Any) -> None:
@@ -1324,7 +1324,7 @@ class Watcher:
         if use["dtype"] is None:
             use.update(dtype=str(dtype).replace("torch.", ""), device=tensor.device.type, first_step=self.steps)
 
-    def _on_backward(self, tensors: Any) -> None:
+    def on_backward(self, tensors: Any) -> None:
         first = tensors if isinstance(tensors, torch.Tensor) else (
             tensors[0] if isinstance(tensors, (tuple, list)) and tensors else None)
         self._note_autocast("backward", first)
@@ -1336,12 +1336,12 @@ class Watcher:
         if self.backward_where is None:
             self.backward_where = user_where()
         if not self.optimizers and self._global:  # no optimizer yet: perhaps a hand-written update follows
-            self._manual_watch = self._manual_since_backward = True
+            self.manual_watch = self._manual_since_backward = True
         value = loss.detach().reshape(())
         if len(self.losses) < 200_000 and not self.driven:  # driven: end_step() brings the value
             self.losses.append(value)
             self.loss_steps.append(self.steps)
-            cur = self._cur_pass
+            cur = self.cur_pass
             if cur is not None and not cur.closed:
                 cur.loss_idx.append(len(self.losses) - 1)
                 if self._deep:
@@ -1354,15 +1354,15 @@ class Watcher:
             if loss.grad_fn is not None:
                 ref = weakref.ref(loss)
                 self._bw_refs.append((self.steps, ref))
-                self._bw_ids[id(loss)] = ref
-                if len(self._bw_ids) > 64:
-                    for k in list(self._bw_ids)[:32]:
-                        del self._bw_ids[k]
+                self.bw_ids[id(loss)] = ref
+                if len(self.bw_ids) > 64:
+                    for k in list(self.bw_ids)[:32]:
+                        del self.bw_ids[k]
             if self.first_nonfinite_loss_step is None and not bool(torch.isfinite(value)):
                 self.first_nonfinite_loss_step = self.steps
-                self._op_hunt = self._mode is not None  # name the operation at the next forward
-        self._stepped_since_backward = False
-        self._backward_since_step += 1
+                self.op_hunt = self._mode is not None  # name the operation at the next forward
+        self.stepped_since_backward = False
+        self.backward_since_step += 1
 
     def _watch_grad_clearing(self, params: list) -> None:
         """Check that the gradient this step consumed is cleared before the optimizer uses these params again.
@@ -1426,7 +1426,7 @@ class Watcher:
             self._opt_id_cache[key] = ids
         return ids
 
-    def _hunt_op(self, func: Any, args: tuple, out: Any) -> None:
+    def hunt_op(self, func: Any, args: tuple, out: Any) -> None:
         """The first operation that turns finite inputs into NaN/inf (runs only after a non-finite loss)."""
         try:
             if not torch.is_grad_enabled() or getattr(func, "__name__", "") == "__get__":
@@ -1446,9 +1446,9 @@ class Watcher:
                     label = f"torch.{name}"
                 self.nonfinite_op = {"op": label, "where": user_where(),
                                      "module": self.module_name(self._stack[-1]) if self._stack else None}
-                self._op_hunt = False
+                self.op_hunt = False
         except Exception:
-            self._op_hunt = False
+            self.op_hunt = False
 
     def _check_retained_losses(self) -> None:
         """Loss tensors still alive 3+ rounds of steps after their backward() are being stored somewhere. A
@@ -1470,7 +1470,7 @@ class Watcher:
             keep.append((step, ref))
         self._bw_refs = keep
 
-    def _on_accumulate(self, args: tuple, out: Any) -> None:
+    def on_accumulate(self, args: tuple, out: Any) -> None:
         # a running total made at an earlier step, not errD = errD_real + errD_fake within one step
         if _model_checks.accumulation_retains(self, args, out):
             self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"})
@@ -1482,9 +1482,9 @@ class Watcher:
             return
         self.optimizers.append(opt)
         for g in opt.param_groups:
-            self._opt_param_ids.update(id(p) for p in g["params"])
+            self.opt_param_ids.update(id(p) for p in g["params"])
 
-    def _note_manual_update(self, args: tuple) -> None:
+    def note_manual_update(self, args: tuple) -> None:
         """A hand-written update (`p -= lr * p.grad`, `p.data.add_(...)`, `w1 -= lr * w1.grad` on bare tensors):
         the first in-place write to a model parameter, or to a leaf tensor with a gradient, after a
         backward() is one optimizer step, so the run's training is seen."""
@@ -1508,10 +1508,10 @@ class Watcher:
     def _on_step_pre_impl(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
         if self._global and id(opt) in self._local_opts:
             return
-        self._manual_watch = self._manual_since_backward = False
+        self.manual_watch = self._manual_since_backward = False
         self._add_optimizer(opt)
         for g in opt.param_groups:  # param groups added later with add_param_group
-            self._opt_param_ids.update(id(p) for p in g["params"])
+            self.opt_param_ids.update(id(p) for p in g["params"])
         self._note_autocast("step", next((p for g in opt.param_groups for p in g["params"]), None))
         if self.step_where is None:
             self.step_where = user_where()
@@ -1532,7 +1532,7 @@ class Watcher:
     def _on_step_post(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
         if self._global and id(opt) in self._local_opts:
             return
-        if self._deep and self._snap is not None:
+        if self._deep and self.snap is not None:
             try:
                 with _quiet():
                     from torchwise.diagnose.checks import optim
@@ -1540,33 +1540,33 @@ class Watcher:
             except Exception as exc:
                 self.internal_error("optimizer step post-hook", exc)
         # driven: the loop clears gradients itself, and the tensor hooks would outlive the deep step
-        if self._deep and self._zero_sample and not self.driven:
+        if self._deep and self.zero_sample and not self.driven:
             try:
                 with _quiet():
-                    self._watch_grad_clearing(self._zero_sample)
+                    self._watch_grad_clearing(self.zero_sample)
             except Exception as exc:
                 self.internal_error("zero_grad watch", exc)
-        self._zero_sample = []
-        self._snap = None
+        self.zero_sample = []
+        self.snap = None
         if not self.driven:  # driven: end_step() does the bookkeeping, also for steps without hooks
             self._after_step()
 
     def _after_step(self) -> None:
         self.steps += 1
-        self._stepped_since_backward = True
-        self._backward_since_step = 0
+        self.stepped_since_backward = True
+        self.backward_since_step = 0
         if self.graph_uses:
             _model_checks.settle_graph_uses(self)
-        if self._cur_pass is not None and not self._cur_pass.closed:
-            self._cur_pass.steps += 1
+        if self.cur_pass is not None and not self.cur_pass.closed:
+            self.cur_pass.steps += 1
         if self._after_epoch:
             if not self._eval_since_epoch:
                 self.epoch_without_eval = True
             self._after_epoch = False
         self._eval_group_open = False
-        if self._op_hunt and self.steps >= min(self.deep_first, OP_HUNT_STEPS) and \
+        if self.op_hunt and self.steps >= min(self.deep_first, OP_HUNT_STEPS) and \
                 self.first_nonfinite_loss_step is None and self.nonfinite_culprit is None:
-            self._op_hunt = False
+            self.op_hunt = False
         if self._deep and self._bw_refs:
             with _quiet():
                 self._check_retained_losses()
@@ -1599,7 +1599,7 @@ class Watcher:
 
     # ------------------------------------------------------------------ data loaders
 
-    def _patch_dataloader(self) -> None:
+    def patch_dataloader(self) -> None:
         from torch.utils.data import DataLoader
         orig_init, orig_iter = DataLoader.__init__, DataLoader.__iter__
         watcher = self
@@ -1614,21 +1614,21 @@ class Watcher:
         def __iter__(loader):
             it = orig_iter(loader)
             try:
-                return watcher._begin_pass(loader, it)
+                return watcher.begin_pass(loader, it)
             except Exception as exc:
                 watcher.internal_error("DataLoader.__iter__ patch", exc)
                 return it
 
-        self._patches.append((DataLoader, "__init__", orig_init))
-        self._patches.append((DataLoader, "__iter__", orig_iter))
+        self.patches.append((DataLoader, "__init__", orig_init))
+        self.patches.append((DataLoader, "__iter__", orig_iter))
         DataLoader.__init__ = __init__
         DataLoader.__iter__ = __iter__
 
-    def _begin_pass(self, loader: Any, it: Iterator) -> _PassIter:
+    def begin_pass(self, loader: Any, it: Iterator) -> _PassIter:
         from torch.utils.data.distributed import DistributedSampler
         for p in self.passes:
             if p.loader is loader and not p.closed:
-                self._end_pass(p)
+                self.end_pass(p)
         info = PassInfo(loader=loader, index=len(self.passes), site=self.loader_sites.get(loader))
         self.passes.append(info)
         sampler = getattr(loader, "sampler", None)
@@ -1640,12 +1640,12 @@ class Watcher:
                 break
         return _PassIter(it, info, self)
 
-    def _end_pass(self, info: PassInfo) -> None:
+    def end_pass(self, info: PassInfo) -> None:
         if info.closed:
             return
         info.closed = True
-        if self._cur_pass is info:
-            self._cur_pass = None
+        if self.cur_pass is info:
+            self.cur_pass = None
         if info.steps > 0:
             if info.ended:
                 self.train_passes_ended += 1
@@ -1669,8 +1669,8 @@ class Watcher:
     def findings(self) -> list[Finding]:
         """Decide on everything observed so far. Cheap; safe to call more than once."""
         for p in self.passes:
-            if not p.closed and p is not self._cur_pass:
-                self._end_pass(p)
+            if not p.closed and p is not self.cur_pass:
+                self.end_pass(p)
         from torchwise.diagnose import checks
         return checks.decide_all(self)
 
@@ -1716,8 +1716,8 @@ def watch(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | Non
     w.attach(model, optimizer, global_hooks=model is None)
     if model is not None:
         # a user's own loop: losses and backward are only visible through the global patches
-        w._patch_backward()
-        w._patch_dataloader()
+        w.patch_backward()
+        w.patch_dataloader()
         w._mode = _Mode(w)
         w._mode.__enter__()
     try:

@@ -80,12 +80,12 @@ class RunResult:
 
 
 def _exit_where(exc: BaseException) -> str | None:
-    from torchwise.diagnose.watch import _is_user_file, _show_path
+    from torchwise.diagnose.watch import _is_user_file, show_path
     where = None
     tb = exc.__traceback__
     while tb is not None:
         if _is_user_file(tb.tb_frame.f_code.co_filename):
-            where = f"{_show_path(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+            where = f"{show_path(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
         tb = tb.tb_next
     return where
 

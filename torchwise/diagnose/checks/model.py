@@ -62,7 +62,7 @@ def decide(w, ls: dict) -> list[Finding]:
                                    "contain them, so they are never trained.",
                            evidence={"layers": len(recs), "parameters": n_params, "held_in": holder}))
     # parameters with a gradient but in no optimizer
-    missing = {pid: v for pid, v in w.not_in_opt.items() if pid not in w._opt_param_ids and pid not in unreg_param_ids}
+    missing = {pid: v for pid, v in w.not_in_opt.items() if pid not in w.opt_param_ids and pid not in unreg_param_ids}
     if missing and w.optimizers:
         names = [v[0] for v in missing.values()]
         out.append(Finding("params-not-in-optimizer", where=w.step_where,
@@ -123,8 +123,8 @@ def decide(w, ls: dict) -> list[Finding]:
                                    f"{ni['numel']} (step {ni['step']}).",
                            evidence={"nonfinite_values": ni["n_nonfinite"], "values": ni["numel"], "step": ni["step"],
                                      "in": ni["what"]}))
-    elif ls["first_bad"] is not None and not getattr(w, "_lr_flags", {}).get("high") \
-            and not getattr(w, "_lr_flags", {}).get("exploding"):
+    elif ls["first_bad"] is not None and not getattr(w, "lr_flags", {}).get("high") \
+            and not getattr(w, "lr_flags", {}).get("exploding"):
         c = w.nonfinite_culprit
         if c is not None and c["params_finite"]:
             culprit = f"The first module whose output went non-finite is {c['module']} (step {c['step']}; its inputs " \
@@ -198,7 +198,7 @@ def inspect_symmetry(w) -> None:
         for m in layers:
             if id(m) in sym["scanned"] or id(m) == last or m.weight.shape[0] < 2 or not m.weight.requires_grad:
                 continue
-            if id(m.weight) not in w._opt_param_ids or m.weight.grad is None:
+            if id(m.weight) not in w.opt_param_ids or m.weight.grad is None:
                 done = False  # its optimizer has not stepped yet, or it is not used (yet): no update can break it
                 continue
             sym["scanned"].add(id(m))
@@ -351,7 +351,7 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
     relative to the loss's noise, or enough of the run seen (to its end, or two whole epochs): a few
     hundred steps of a long first epoch hold a slow start as well as a failure."""
     from torchwise.diagnose.checks import optim as _optim
-    flags = getattr(w, "_lr_flags", {})
+    flags = getattr(w, "lr_flags", {})
     if ls.get("first") is None or ls["n"] < 30 or ls["first_bad"] is not None or any(flags.values()):
         return [], None
     adv = _optim.adversarial_pair(w)
@@ -472,7 +472,7 @@ def accumulation_retains(w, args: tuple, out) -> bool:
     for a in flat:
         if not isinstance(a, torch.Tensor):
             continue
-        ref = w._bw_ids.get(id(a))
+        ref = w.bw_ids.get(id(a))
         if ref is not None and ref() is a:
             has_loss = True
         rec = totals.get(id(a))

@@ -23,14 +23,14 @@ def inspect_step_pre(w, opt) -> None:
     if missing:
         w.no_grad_events.append({"step": w.steps, "missing": len(missing), "total": len(params),
                                  "ids": {id(p) for p in missing},
-                                 "backward_since_step": w._backward_since_step})
+                                 "backward_since_step": w.backward_since_step})
     else:
         w.no_grad_events.append({"step": w.steps, "missing": 0, "total": len(params), "ids": set(),
-                                 "backward_since_step": w._backward_since_step})
+                                 "backward_since_step": w.backward_since_step})
     # parameters of the watched models that got a gradient but are in no optimizer
     for info in w.roots.values():
         for name, p in info.module.named_parameters():
-            if p.requires_grad and p.grad is not None and id(p) not in w._opt_param_ids:
+            if p.requires_grad and p.grad is not None and id(p) not in w.opt_param_ids:
                 w.not_in_opt.setdefault(id(p), (info.label + "." + name, w.step_where))
     gn_l: list[float] = []
     if with_grad:
@@ -50,7 +50,7 @@ def inspect_step_pre(w, opt) -> None:
         # parameters that have a gradient now: it must be cleared before the optimizer uses them again
         order = sorted((i for i in range(len(with_grad)) if math.isfinite(gn_l[i]) and gn_l[i] > 0),
                        key=lambda i: -gn_l[i])
-        w._zero_sample = [with_grad[i] for i in order[:3]]
+        w.zero_sample = [with_grad[i] for i in order[:3]]
     # snapshot for the update size (only tensors that move: frozen or gradient-less ones would dilute it)
     budget, snap = _SNAP_LIMIT, []
     moving = [p for i, p in enumerate(with_grad) if gn_l[i] > 0]
@@ -58,24 +58,24 @@ def inspect_step_pre(w, opt) -> None:
         if p.numel() <= budget:
             snap.append((p, p.detach().clone()))
             budget -= p.numel()
-    w._snap = snap
+    w.snap = snap
     from torchwise.diagnose.checks import model
     model.inspect_symmetry(w)
 
 
 def _embedding_ids(w) -> set[int]:
     key = tuple(sorted(w.roots))
-    cached = getattr(w, "_embedding_cache", None)
+    cached = getattr(w, "embedding_cache", None)
     if cached is None or cached[0] != key:
         from torch import nn
         ids = {id(m.weight) for r in w.roots.values() for m in r.module.modules()
                if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
-        w._embedding_cache = cached = (key, ids)
+        w.embedding_cache = cached = (key, ids)
     return cached[1]
 
 
 def inspect_step_post(w, opt) -> None:
-    snap = w._snap
+    snap = w.snap
     if not snap:
         return
     with torch.no_grad():
@@ -155,14 +155,14 @@ def opt_kind(opt) -> str:
     return "other"
 
 
-def _opt_param_ids(opt) -> set[int]:
+def opt_param_ids(opt) -> set[int]:
     return {id(p) for g in opt.param_groups for p in g["params"]}
 
 
 def _roots_of(w, opt) -> set[int]:
     j = jstate(w)
     key = id(opt)
-    ids = _opt_param_ids(opt)
+    ids = opt_param_ids(opt)
     cached = j["opt_roots"].get(key)
     if cached is not None and cached[0] == (len(ids), len(w.roots)):
         return cached[1]
@@ -230,7 +230,7 @@ def adversarial_pair(w) -> dict | None:
             oa, ob = opts[a], opts[b]
             if counts.get(id(oa), 0) < 3 or counts.get(id(ob), 0) < 3:
                 continue
-            if _opt_param_ids(oa) & _opt_param_ids(ob):
+            if opt_param_ids(oa) & opt_param_ids(ob):
                 continue
             pair = [o for o in seq if o in (id(oa), id(ob))]
             switches = sum(1 for x, y in zip(pair, pair[1:]) if x != y)
@@ -426,7 +426,7 @@ def decide(w, ls: dict) -> list[Finding]:
                                            f"those of the last layer (median over {len(deep)} steps, "
                                            f"{deep[0]['n_mats']} weight matrices).",
                                    evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
-    w._lr_flags = {"high": lr_high, "low": lr_low, "exploding": exploding}
+    w.lr_flags = {"high": lr_high, "low": lr_low, "exploding": exploding}
     out.extend(_decide_accumulation(w))
     out.extend(_decide_autocast(w))
     return out
@@ -446,7 +446,7 @@ def accum_on_backward(w, tensors) -> None:
         return
     from torchwise.diagnose.checks.losses import recall
     from torchwise.diagnose.watch import user_where
-    p = w._cur_pass
+    p = w.cur_pass
     batch = (p.index, p.n_batches) if p is not None and not p.closed else None
     raw = recall(w.loss_outs, loss) == "loss"  # the loss function's own output, not divided by anything
     j = jstate(w)
@@ -494,7 +494,7 @@ def accum_on_step(w, opt) -> None:
     if st is None:
         st = w.accum[id(opt)] = {"sample": None, "n": 0, "raw": 0, "new": 0, "batch": None, "mixed": False,
                                  "where": None, "fps": set(), "shapes": set()}
-    elif w._deep and st["sample"] is not None and st["n"] and (w._cur_pass is not None or j["inputs_seen"]):
+    elif w._deep and st["sample"] is not None and st["n"] and (w.cur_pass is not None or j["inputs_seen"]):
         w.hits["accumulation-unscaled:n"] = w.hits.get("accumulation-unscaled:n", 0) + 1
         k = st["n"]
         if k >= 2 and st["raw"] == k and st["new"] == k and not st["mixed"]:
