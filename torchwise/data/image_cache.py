@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from torchwise.errors import TorchwiseError
 
-# 2: pixels decoded by imagefolder.to_standard (16-bit, float, alpha by their real scale); caches
+# 2: pixels decoded by image_decode.to_standard (16-bit, float, alpha by their real scale); caches
 # built by version 1 saturated 16-bit images to white, so they are rebuilt, never reused.
 FORMAT_VERSION = 2
 ENV_DIR = "TORCHWISE_CACHE_DIR"
@@ -261,20 +261,20 @@ class ImageCache:
 
 
 def _decode(path: str, mode: str, decoded: dict[str, Any] | None):
-    """The image in `mode`: the scan's decoded copy, else the file, both through imagefolder's decoding
+    """The image in `mode`: the scan's decoded copy, else the file, both through image_decode's decoding
     (to_standard: 16-bit, float, palette, alpha, CMYK, ... by their real bit depth), exactly as the
     per-file path (ImageDataset.load_image) and the scan decode it."""
-    from torchwise.data import imagefolder
+    from torchwise.data import image_decode
 
     image = (decoded or {}).get(path)
     if image is None:
         try:
-            return imagefolder.read_image(path, mode)
-        except imagefolder.UnreadableImage as exc:
+            return image_decode.read_image(path, mode)
+        except image_decode.UnreadableImage as exc:
             raise TorchwiseError("An image became unreadable after the data was scanned.",
                                  values={"path": path, "error": str(exc)},
                                  fix="do not modify the data folder while preparing a run; rerun to rescan") from None
-    return imagefolder.to_mode(image, mode)
+    return image_decode.to_mode(image, mode)
 
 
 def shrink(image, side: int):

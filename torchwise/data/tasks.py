@@ -399,15 +399,15 @@ def _eval_image(run_dir: Path, meta: dict[str, Any], data: str | Path | None) ->
 
 def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
     """All readable images of `folder` (class folders, or its val/ folder) labelled by folder name."""
-    from torchwise.data import imagefolder
+    from torchwise.data import class_folders, image_decode
 
     if not folder.is_dir():
         raise TorchwiseError("The evaluation data is not a folder (this run is an image run).",
                              values={"path": str(folder), "exists": folder.exists()},
                              fix="pass --data with a folder of class folders, named like the training classes")
-    sub = imagefolder.find_subfolder(folder, imagefolder.VAL_DIRS)
+    sub = class_folders.find_subfolder(folder, class_folders.VAL_DIRS)
     folder = sub or folder
-    class_dirs = imagefolder.list_class_dirs(folder, "evaluation folder")
+    class_dirs = class_folders.list_class_dirs(folder, "evaluation folder")
     unknown = [p.name for p in class_dirs if p.name not in class_names]
     if unknown:
         raise TorchwiseError("The evaluation folder has classes the model was not trained on.",
@@ -415,8 +415,8 @@ def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[s
                              fix="evaluate on folders named like the training classes")
     samples, skipped = [], []
     for class_dir in class_dirs:
-        for path in imagefolder.image_files(class_dir):
-            image, reason = imagefolder.decode_image(str(path))
+        for path in class_folders.image_files(class_dir):
+            image, reason = image_decode.decode_image(str(path))
             if image is None:
                 skipped.append((str(path), reason or "unreadable"))
             else:
