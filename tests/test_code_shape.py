@@ -74,11 +74,6 @@ KNOWN_PRIVATE_READS: set[str] = {
     'torchwise/script_check/follow.py:from torchwise.diagnose.watch import _is_user_file',
     'torchwise/script_check/runner.py:from torchwise.diagnose.watch import _is_user_file',
     'torchwise/script_check/runner.py:tap._tw_on',
-    'torchwise/toolbox/batch_size.py:from torchwise.toolbox.memory import _batch_like',
-    'torchwise/toolbox/checkpointing.py:handle._patched',
-    'torchwise/toolbox/oom.py:from torchwise.train.step_wrappers import _split',
-    'torchwise/train/graphed_step.py:from torchwise.train.step import _NoWatcher',
-    'torchwise/train/step.py:runner._across_ranks',
 }
 # Third-party privates whose names torchwise also assigns (so the scan cannot tell them apart), with why.
 THIRD_PARTY: dict[str, str] = {

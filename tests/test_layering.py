@@ -167,7 +167,6 @@ KNOWN_CYCLES: list[list[str]] = [
     ["torchwise.diagnose.checks", "torchwise.diagnose.checks.data", "torchwise.diagnose.checks.losses",
      "torchwise.diagnose.checks.model", "torchwise.diagnose.checks.optim", "torchwise.diagnose.probes",
      "torchwise.diagnose.watch"],
-    ["torchwise.train.graphed_step", "torchwise.train.step", "torchwise.train.step_wrappers"],
     ["torchwise.tune.results", "torchwise.tune.search"],
 ]
 

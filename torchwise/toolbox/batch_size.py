@@ -77,7 +77,7 @@ def find_batch_size(model: nn.Module, example_input: Any, *, device: str | torch
                     limit: int = 1 << 16) -> BatchSizeResult:
     """The largest training batch for `model` on `device`; `example_input` gives the shape of one
     sample (its first dimension is the batch and is replaced)."""
-    from torchwise.toolbox.memory import (_batch_like, estimate_row, measure_cuda_peak, optimizer_cost)
+    from torchwise.toolbox.memory import (batch_like, estimate_row, measure_cuda_peak, optimizer_cost)
     from torchwise.toolbox.oom import free_memory, is_oom
     from torchwise.train.precision import choose_device
 
@@ -93,7 +93,7 @@ def find_batch_size(model: nn.Module, example_input: Any, *, device: str | torch
         criterion = f"estimated peak <= budget {format_bytes(budget)}"
 
     def fits(n: int) -> bool:
-        inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in _batch_like(example_input, n))
+        inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in batch_like(example_input, n))
         error = None
         peak = None
         try:

@@ -34,12 +34,12 @@ from torchwise.errors import TorchwiseError
 class CheckpointHandle:
     model: nn.Module
     names: list[str]                       # the checkpointed blocks (or "name[i:j]" segments)
-    _patched: list[nn.Module] = field(default_factory=list)
+    patched: list[nn.Module] = field(default_factory=list)
 
     def remove(self) -> None:
-        for module in self._patched:
+        for module in self.patched:
             module.__dict__.pop("forward", None)
-        self._patched.clear()
+        self.patched.clear()
 
 
 def _batchnorms(modules: Iterable[nn.Module]) -> list[nn.Module]:
@@ -150,7 +150,7 @@ def enable_checkpointing(model: nn.Module, blocks: str | list[str] = "auto", seg
                                          "'encoder.1']); blocks are modules whose forward is worth recomputing.")
             for name, seq in flats:
                 bounds = _patch_segments(seq, segments or max(2, round(math.sqrt(len(seq)))))
-                handle._patched.append(seq)
+                handle.patched.append(seq)
                 handle.names += [f"{name}[{a}:{b}]" for a, b in bounds]
             return handle
     else:
@@ -162,6 +162,6 @@ def enable_checkpointing(model: nn.Module, blocks: str | list[str] = "auto", seg
         chosen = [(n, modules[n]) for n in blocks]
     for name, block in chosen:
         _patch_block(block)
-        handle._patched.append(block)
+        handle.patched.append(block)
         handle.names.append(name)
     return handle

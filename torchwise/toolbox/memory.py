@@ -97,7 +97,7 @@ class Activations:
     output_bytes: int         # the model's output
 
 
-def _batch_like(example: Any, batch_size: int | None) -> tuple[Any, ...]:
+def batch_like(example: Any, batch_size: int | None) -> tuple[Any, ...]:
     inputs = as_inputs(example)
     if batch_size is None:
         return inputs
@@ -270,7 +270,7 @@ def memory_estimate(model: nn.Module, example_input: Any, *, batch_size: int | N
     model = model.to(dev)
     was_training = model.training
     model.train()
-    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in _batch_like(example_input, batch_size))
+    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in batch_like(example_input, batch_size))
     bs = int(inputs[0].shape[0])
     rows = []
     try:
@@ -459,7 +459,7 @@ def checkpointing_saving(model: nn.Module, example_input: Any, *, batch_size: in
 
     dev = choose_device(device)
     model = model.to(dev)
-    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in _batch_like(example_input, batch_size))
+    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in batch_like(example_input, batch_size))
     peaks = {}
     for flag in (False, True):
         if dev.type == "cuda":

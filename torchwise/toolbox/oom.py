@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from torchwise.train.step_wrappers import (MODES, OOMGuard, TrainingOutOfMemory, _split, compose_step, find_layer,
+from torchwise.train.step_wrappers import (MODES, OOMGuard, TrainingOutOfMemory, split_parts, compose_step, find_layer,
                                            free_memory, is_oom, remedies, split_micro_batches)
 
 __all__ = ["MODES", "OOMGuard", "TrainingOutOfMemory", "free_memory", "install", "is_oom", "remedies",
-           "split_micro_batches", "_split"]
+           "split_micro_batches", "split_parts"]
 
 
 def install(trainer: Any, mode: str = "adapt", notify: Callable[[str], None] | None = None):

@@ -118,7 +118,7 @@ class Evaluator:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    from torchwise.train.step_wrappers import is_oom
+    from torchwise.train.failures import is_oom
 
     return is_oom(exc)
 

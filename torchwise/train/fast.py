@@ -122,9 +122,3 @@ def device_step_blocker(optimizer: torch.optim.Optimizer, scaler: Any, model: nn
     if hasattr(model, "set_requires_gradient_sync"):
         return "not with FSDP"
     return None
-
-
-def is_compile_failure(exc: BaseException) -> bool:
-    """Errors raised by torch.compile's machinery (dynamo tracing, a backend), not by the model's own code."""
-    module = type(exc).__module__ or ""
-    return module.startswith(("torch._dynamo", "torch._inductor")) or "BackendCompilerFailed" in type(exc).__name__

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from torchwise.train.step import StepResult, _NoWatcher
+from torchwise.train.step import StepResult, NoWatcher
 
 WARMUP = 3
 
@@ -122,7 +122,7 @@ class GraphedStep:
         # float32: the fused kernel reads the lr tensor as float, whatever the default dtype is
         lrs = [torch.tensor(float(g["lr"]), dtype=torch.float32, device=device) for g in opt.param_groups]
         saved = [(g["lr"], g.get("capturable", False)) for g in opt.param_groups]
-        watcher, core.watcher = core.watcher, _NoWatcher()  # Python hooks would run once, at capture
+        watcher, core.watcher = core.watcher, NoWatcher()  # Python hooks would run once, at capture
         graph = torch.cuda.CUDAGraph()
         stream_before = torch.cuda.current_stream(device)
         try:

@@ -20,6 +20,7 @@ from torch import nn
 from torchwise.errors import TorchwiseError
 from torchwise.train import input_checks as checks
 from torchwise.train.distributed import DistEnv, sum_across
+from torchwise.train.failures import is_compile_failure, is_oom
 from torchwise.train.precision import Precision
 
 OVERFLOW = "fp16 gradient overflow (loss scale lowered)"
@@ -43,7 +44,7 @@ class StepRunner:
                  dist_env: DistEnv = DistEnv(), watcher: Any = None):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.dist = dist_env
-        self.watcher = watcher if watcher is not None else _NoWatcher()  # torchwise check's detectors
+        self.watcher = watcher if watcher is not None else NoWatcher()  # torchwise check's detectors
         self.precision, self.device, self.clip = precision, device, clip_grad_norm
         # Always a GradScaler: a disabled one (fp32, bf16) passes scale/unscale_/step/update through, so the
         # body has no `if scaler`. `scaler` (checkpoints, the fast plan) stays None when no loss scaling runs.
@@ -128,7 +129,7 @@ class StepRunner:
             return StepResult(loss, norm, f"non-finite gradient norm ({norm})", total)
         return StepResult(loss, norm, "non-finite loss or gradient on another rank", total)
 
-    def _across_ranks(self, *bad: float) -> list[float]:
+    def across_ranks(self, *bad: float) -> list[float]:
         """Under DDP the decision is taken by all ranks together: a rank that skipped its update alone
         would train on other weights than the others. Returns each flag summed over the ranks."""
         return sum_across(list(bad), self.dist, self.device)
@@ -199,7 +200,7 @@ class _HostCheck:
             loss_sum += value * n
         self.mean, self.total, self.overflow_possible = loss_sum / total, total, runner.amp.is_enabled()
         self.bad_loss = next((v for v in values if not math.isfinite(v)), None)
-        bad_losses, bad_norms = runner._across_ranks(float(self.bad_loss is not None), float(not math.isfinite(self.norm)))
+        bad_losses, bad_norms = runner.across_ranks(float(self.bad_loss is not None), float(not math.isfinite(self.norm)))
         self.loss_elsewhere, self.step = bool(bad_losses), not (bad_losses or bad_norms)
         # A non-finite loss is the forward's, not an fp16 overflow of backward: the loss scale stays as it was.
         self.keep_scale = runner.amp.get_scale() if bad_losses else None
@@ -247,16 +248,13 @@ class _DeviceCheck:
 def _passes_through(exc: BaseException) -> bool:
     """Errors the step's callers act on by their type: out of memory (OOMGuard), compile failures (the
     eager fallback), torchwise's own."""
-    from torchwise.train.fast import is_compile_failure
-    from torchwise.train.step_wrappers import is_oom
-
     return isinstance(exc, TorchwiseError) or is_oom(exc) or is_compile_failure(exc)
 
 
 _NULL_SCOPE = contextlib.nullcontext()
 
 
-class _NoWatcher:
+class NoWatcher:
     """Stands in for a Watcher when checks are off, so the step has no `if` for it."""
 
     def loss_scope(self):

@@ -36,24 +36,13 @@ from typing import Any, Callable
 import torch
 
 from torchwise.errors import TorchwiseError
+from torchwise.train.failures import is_compile_failure, is_oom
 
 MODES = ("adapt", "raise")
 
 
 class TrainingOutOfMemory(TorchwiseError, torch.OutOfMemoryError):
     """Out of memory in a training step, with the remedies; also a torch.OutOfMemoryError."""
-
-
-def is_oom(exc: BaseException) -> bool:
-    """The allocator's own error type, and the out-of-memory RuntimeErrors of other paths (cuDNN
-    workspaces, the CPU allocator, MPS)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    if isinstance(exc, RuntimeError):
-        text = str(exc)
-        return any(s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "can't allocate memory",
-                                       "CUBLAS_STATUS_ALLOC_FAILED"))
-    return False
 
 
 def free_memory(optimizer: torch.optim.Optimizer | None = None) -> None:
@@ -75,16 +64,16 @@ def remedies(micro_batch: int | None, accumulate: int | None) -> str:
             "`torchwise memory --find-batch-size` the largest batch that fits.")
 
 
-def _split(obj: Any, parts: int) -> list[Any] | None:
+def split_parts(obj: Any, parts: int) -> list[Any] | None:
     if isinstance(obj, torch.Tensor):
         return list(torch.tensor_split(obj, parts)) if obj.ndim else None
     if isinstance(obj, (list, tuple)):
-        pieces = [_split(o, parts) for o in obj]
+        pieces = [split_parts(o, parts) for o in obj]
         if any(p is None for p in pieces):
             return None
         return [type(obj)(p[i] for p in pieces) for i in range(parts)]
     if isinstance(obj, dict):
-        pieces = {k: _split(v, parts) for k, v in obj.items()}
+        pieces = {k: split_parts(v, parts) for k, v in obj.items()}
         if any(p is None for p in pieces.values()):
             return None
         return [{k: v[i] for k, v in pieces.items()} for i in range(parts)]
@@ -101,7 +90,7 @@ def split_micro_batches(micro: list[tuple[tuple[Any, ...], Any, int]], parts: in
         if k <= 1:
             out.append((inputs, target, n))
             continue
-        ins, tgts = _split(inputs, k), _split(target, k)
+        ins, tgts = split_parts(inputs, k), split_parts(target, k)
         if ins is None or tgts is None:
             return None
         out += [(i, t, batch_size_of(t)) for i, t in zip(ins, tgts)]
@@ -213,7 +202,6 @@ class CompileFallback:
         try:
             return self.inner.run(micro_batches, measure_norm=measure_norm)
         except Exception as exc:
-            from torchwise.train.fast import is_compile_failure
 
             if self.eager_model is None or not is_compile_failure(exc):
                 raise

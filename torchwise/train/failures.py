@@ -1,0 +1,28 @@
+"""Which failures of a step its callers act on by their type, said in one place.
+
+Out of memory (the OOM guard shrinks the micro-batch; evaluation and the batch-size finder back off)
+and torch.compile's own failures (the compile fallback reruns eagerly) pass through the step as they
+are; every other error of a user's model or loss is explained by the step's input checks.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def is_oom(exc: BaseException) -> bool:
+    """The allocator's own error type, and the out-of-memory RuntimeErrors of other paths (cuDNN
+    workspaces, the CPU allocator, MPS)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    if isinstance(exc, RuntimeError):
+        text = str(exc)
+        return any(s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "can't allocate memory",
+                                       "CUBLAS_STATUS_ALLOC_FAILED"))
+    return False
+
+
+def is_compile_failure(exc: BaseException) -> bool:
+    """Errors raised by torch.compile's machinery (dynamo tracing, a backend), not by the model's own code."""
+    module = type(exc).__module__ or ""
+    return module.startswith(("torch._dynamo", "torch._inductor")) or "BackendCompilerFailed" in type(exc).__name__
+
