@@ -19,6 +19,7 @@ class TrainerReporting:
     def evaluate_and_log(self, log: Any, progress: Any, start_time: float) -> bool:
         """One evaluation row; True when early stopping says stop."""
         pos = self.pos
+        self.events.emit("evaluation_start", trainer=self, step=pos.step)
         row = self.evaluation_row(progress, start_time)
         pos.history.append(row)
         log.row(row)

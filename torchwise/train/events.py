@@ -15,6 +15,7 @@ EVENTS = {
     "fit_start": "before the first step (trainer=)",
     "epoch_start": "at the start of each epoch (trainer=, epoch=)",
     "step_end": "after each optimizer step (trainer=, step=, loss=, lr=, grad_norm=, skipped=)",
+    "evaluation_start": "before each validation (trainer=, step=)",
     "evaluation_end": "after each validation (trainer=, step=, metrics=)",
     "checkpoint_saved": "after a checkpoint is complete on disk (trainer=, step=, path=)",
     "epoch_end": "at the end of each epoch (trainer=, epoch=)",

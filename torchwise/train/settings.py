@@ -48,6 +48,16 @@ def _int_at_least(section: Any, names: Iterable[str], low: int, optional: bool =
                      f"Pass e.g. {name}={max(low, 1)}.")
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _non_negative(section: Any, names: Iterable[str], fix: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        _require(_is_number(value) and value >= 0, f"{name} must be a number >= 0.", {name: value}, fix)
+
+
 def _callable_or_none(name: str, fn: Any, fix: str) -> None:
     _require(fn is None or callable(fn), f"{name} must be a callable.", {name: type(fn).__name__}, fix)
 
@@ -87,6 +97,10 @@ class DataSettings:
     # whole batches on the device after the copy (torchwise.data.device_augment)
     batch_augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
     batch_eval: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # MixUp / CutMix of training batches: the Beta(alpha, alpha) of each (0: off; timm's usual 0.8 / 1.0);
+    # with both on, each batch is one or the other. Never in validation.
+    mixup: float = 0.0
+    cutmix: float = 0.0
 
     def __post_init__(self) -> None:
         n = self.num_workers
@@ -96,6 +110,7 @@ class DataSettings:
         for name in ("batch_augment", "batch_eval"):
             _callable_or_none(name, getattr(self, name), "Pass e.g. torchwise.data.device_augment.BatchAugment("
                                                          "size=32) (and BatchEval for batch_eval).")
+        _non_negative(self, ("mixup", "cutmix"), "A usual value is mixup=0.8 or cutmix=1.0; 0 turns it off.")
 
 
 @dataclass(kw_only=True)
@@ -105,12 +120,25 @@ class OptimSettings:
     scheduler: Any = None                 # None/"none", "onecycle", "cosine", "step", "plateau", or your own
     scheduler_interval: str | None = None
     warmup_steps: int = 0
+    label_smoothing: float = 0.0          # for the default CrossEntropyLoss (a loss= of yours keeps its own)
+    ema_decay: float | None = None        # an exponential moving average of the weights (e.g. 0.999): evaluated,
+                                          # saved as best/final and exported in place of the raw weights
+    backbone_lr_scale: float = 1.0        # the learning rate of every parameter but the head's, times this
 
     def __post_init__(self) -> None:
         c = self.clip_grad_norm
         _require(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0),
                  "clip_grad_norm must be None or a positive number.", {"clip_grad_norm": c}, "A typical value is 1.0.")
         _int_at_least(self, ("warmup_steps",), 0)
+        ls = self.label_smoothing
+        _require(_is_number(ls) and 0.0 <= ls < 1.0, "label_smoothing must be a number in [0, 1).",
+                 {"label_smoothing": ls}, "A usual value is 0.1; 0 turns it off.")
+        d = self.ema_decay
+        _require(d is None or (_is_number(d) and 0.0 < d < 1.0), "ema_decay must be None or a number in (0, 1).",
+                 {"ema_decay": d}, "A usual value is 0.999 (about the last 1,000 steps); None turns it off.")
+        b = self.backbone_lr_scale
+        _require(_is_number(b) and b >= 0, "backbone_lr_scale must be a number >= 0.", {"backbone_lr_scale": b},
+                 "Use e.g. 0.1 (the backbone learns 10x slower than the head), 0 to freeze it, 1 for one rate.")
         if self.scheduler == "none":  # the CLI's word for no schedule
             self.scheduler = None
 
@@ -182,6 +210,7 @@ class CheckpointSettings:
 class FastSettings:
     fast: Any = "auto"                    # "auto", "off", parts (a list, or joined by commas as in the CLI)
     compile_options: Mapping[str, Any] | None = None
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
 
     def __post_init__(self) -> None:
         if isinstance(self.fast, str) and self.fast not in ("auto", "off"):
@@ -225,6 +254,9 @@ class LoggingSettings:
     progress: bool | str = "auto"         # "auto": a bar on a terminal, one line per epoch elsewhere
     log_every: int = 10
     tensorboard: bool = True
+    # where metrics go: None is ["csv", "tensorboard"] (tensorboard=False drops it); names from "csv",
+    # "tensorboard", "mlflow", "wandb", or logger objects of your own (torchwise.train.loggers.Logger)
+    loggers: Any = None
     metadata: Mapping[str, Any] | None = None    # written to final/meta.json
     run_config: Mapping[str, Any] | None = None  # the launcher's own config (the CLI's RunConfig), recorded too
 
