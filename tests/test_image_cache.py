@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from conftest import run_cli, write_color_images
 from torchwise import config as cfg
-from torchwise.data import image_cache
+from torchwise.data import cache_budget, image_cache
 from torchwise.data.tasks import prepare_task
 from torchwise.errors import ConfigError, TorchwiseError
 
@@ -64,12 +64,12 @@ def test_cached_shape_is_torchvisions_resize_and_never_enlarges():
                  (100, 80), (80, 100)]:
         for side in (256, 73, 37):
             expected = tuple(v2.Resize(side, antialias=True)(torch.zeros(1, h, w, dtype=torch.uint8)).shape[-2:])
-            got = image_cache.resized_shape(w, h, side)
+            got = cache_budget.resized_shape(w, h, side)
             if min(w, h) <= side:
                 assert got == (h, w)
             else:
                 assert got == expected, (w, h, side)
-    assert image_cache.cache_side(224, 0.875) == 256 and image_cache.cache_side(32, 1.0) == 32
+    assert cache_budget.cache_side(224, 0.875) == 256 and cache_budget.cache_side(32, 1.0) == 32
 
 
 def test_memory_and_disk_give_the_same_validation_tensors_and_statistics(tmp_path):
@@ -228,12 +228,12 @@ def test_unwritable_cache_folder_is_a_clear_error(tmp_path):
 
 
 def test_auto_chooses_by_budget(tmp_path, monkeypatch):
-    assert image_cache.choose_mode("auto", 10_000, tmp_path)[0] == "memory"
-    assert image_cache.choose_mode("off", 10_000, tmp_path) == ("off", "data.cache=off")
-    monkeypatch.setattr(image_cache, "MEMORY_BUDGET", 1000)
-    mode, why = image_cache.choose_mode("auto", 10_000, tmp_path)
+    assert cache_budget.choose_mode("auto", 10_000, tmp_path)[0] == "memory"
+    assert cache_budget.choose_mode("off", 10_000, tmp_path) == ("off", "data.cache=off")
+    monkeypatch.setattr(cache_budget, "MEMORY_BUDGET", 1000)  # the budgets live in cache_budget
+    mode, why = cache_budget.choose_mode("auto", 10_000, tmp_path)
     assert mode == "disk" and "memory budget" in why
-    mode, why = image_cache.choose_mode("auto", 10**15, tmp_path)
+    mode, why = cache_budget.choose_mode("auto", 10**15, tmp_path)
     assert mode == "off" and "data.cache_dir" in why
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 
 from torchwise.errors import ConfigError
+from torchwise.files import write_text
 
 AUTO = "auto"
 
@@ -151,8 +152,9 @@ class RunConfig:
         import yaml
 
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        # atomically: `--resume` and `eval` rebuild the run from this file, so a crash or a full disk
+        # mid-write must leave the previous config.yaml, never half of one
+        write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
         return path
 
 

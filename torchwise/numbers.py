@@ -175,15 +175,19 @@ class ColumnNumbers:
     ambiguous_examples: list[str] = field(default_factory=list)
 
 
-def decide_column(texts: Sequence[str], *, decimal: str = "auto", hint: str = ".") -> ColumnNumbers:
-    """Read a whole column. It is numeric when every present cell is a number under ONE decimal mark.
-    decimal: "auto", "." or ","; hint: the mark to take when no cell decides (e.g. "," for a
-    semicolon-separated file), which is then reported in `reason` with `guessed=True`."""
-    cells = [read_cell(t) for t in texts]
-    result = ColumnNumbers(numeric=False)
-    point_ok = comma_ok = True
-    point_proof = comma_proof = None
-    ambiguous: list[str] = []
+@dataclass
+class _Marks:
+    """What the number cells of a column say about its decimal mark."""
+    point_ok: bool = True                  # every number cell reads with a decimal point
+    comma_ok: bool = True                  # ... with a decimal comma
+    point_proof: str | None = None         # the first cell that only reads with a point
+    comma_proof: str | None = None         # ... only with a comma
+    ambiguous: list[str] = field(default_factory=list)  # cells two readings make different (at most 3)
+
+
+def _tally(texts: Sequence[str], cells: Sequence[Cell], result: ColumnNumbers) -> _Marks:
+    """Count the column's cells by kind into `result` (with examples); return what they say of the mark."""
+    marks = _Marks()
     for text, cell in zip(texts, cells):
         if cell.kind == MISSING:
             result.missing += 1
@@ -198,30 +202,30 @@ def decide_column(texts: Sequence[str], *, decimal: str = "auto", hint: str = ".
         else:
             result.number_count += 1
             if cell.point is None:
-                point_ok = False
-                comma_proof = comma_proof or text.strip()
+                marks.point_ok = False
+                marks.comma_proof = marks.comma_proof or text.strip()
             if cell.comma is None:
-                comma_ok = False
-                point_proof = point_proof or text.strip()
-            if cell.ambiguous and len(ambiguous) < 3:
-                ambiguous.append(text.strip())
-    if result.not_number_count:
-        result.reason = (f"{result.not_number_count} of {result.not_number_count + result.number_count} "
-                         f"present values are not numbers (e.g. {', '.join(map(repr, result.not_numbers))})")
-        return result
-    if result.number_count == 0:
-        result.reason = "no numbers" if result.nonfinite else "no values"
-        return result
+                marks.comma_ok = False
+                marks.point_proof = marks.point_proof or text.strip()
+            if cell.ambiguous and len(marks.ambiguous) < 3:
+                marks.ambiguous.append(text.strip())
+    return marks
+
+
+def _choose_mark(result: ColumnNumbers, marks: _Marks, cells: Sequence[Cell], texts: Sequence[str], decimal: str,
+                 hint: str) -> str | None:
+    """The decimal mark of a column of numbers (its reason said in `result`), or None when no one mark
+    reads every cell (then `result` says why)."""
     if decimal in (".", ","):
-        ok = point_ok if decimal == "." else comma_ok
-        if not ok:
-            bad = comma_proof if decimal == "." else point_proof
+        if not (marks.point_ok if decimal == "." else marks.comma_ok):
+            bad = marks.comma_proof if decimal == "." else marks.point_proof
             result.not_numbers = [bad] if bad else []
             result.reason = (f"values such as {bad!r} cannot be read with {decimal!r} as the decimal mark "
                              f"(data.decimal)")
-            return result
-        chosen = decimal
-    elif point_ok and comma_ok:
+            return None
+        return decimal
+    ambiguous = marks.ambiguous
+    if marks.point_ok and marks.comma_ok:
         chosen = hint if ambiguous else "."
         if ambiguous:
             result.guessed = True
@@ -230,17 +234,38 @@ def decide_column(texts: Sequence[str], *, decimal: str = "auto", hint: str = ".
             result.reason = (f"{', '.join(map(repr, ambiguous))} read with {chosen!r} as the decimal mark "
                              f"(as {_show(cells, texts, ambiguous[0], chosen)}); no value in the column shows "
                              f"whether {chosen!r} or {other!r} is meant")
-    elif point_ok:
-        chosen = result.proven = "."
+        return chosen
+    if marks.point_ok:
+        result.proven = "."
         if ambiguous:
-            result.reason = f"decimal point, as {point_proof!r} shows"
-    elif comma_ok:
-        chosen = result.proven = ","
-        result.reason = f"decimal comma, as {comma_proof!r} shows"
-    else:
-        result.not_numbers = [point_proof, comma_proof]
-        result.reason = (f"numbers written two ways: {point_proof!r} has a decimal point and {comma_proof!r} "
-                         f"a decimal comma")
+            result.reason = f"decimal point, as {marks.point_proof!r} shows"
+        return "."
+    if marks.comma_ok:
+        result.proven = ","
+        result.reason = f"decimal comma, as {marks.comma_proof!r} shows"
+        return ","
+    result.not_numbers = [marks.point_proof, marks.comma_proof]
+    result.reason = (f"numbers written two ways: {marks.point_proof!r} has a decimal point and "
+                     f"{marks.comma_proof!r} a decimal comma")
+    return None
+
+
+def decide_column(texts: Sequence[str], *, decimal: str = "auto", hint: str = ".") -> ColumnNumbers:
+    """Read a whole column. It is numeric when every present cell is a number under ONE decimal mark.
+    decimal: "auto", "." or ","; hint: the mark to take when no cell decides (e.g. "," for a
+    semicolon-separated file), which is then reported in `reason` with `guessed=True`."""
+    cells = [read_cell(t) for t in texts]
+    result = ColumnNumbers(numeric=False)
+    marks = _tally(texts, cells, result)
+    if result.not_number_count:
+        result.reason = (f"{result.not_number_count} of {result.not_number_count + result.number_count} "
+                         f"present values are not numbers (e.g. {', '.join(map(repr, result.not_numbers))})")
+        return result
+    if result.number_count == 0:
+        result.reason = "no numbers" if result.nonfinite else "no values"
+        return result
+    chosen = _choose_mark(result, marks, cells, texts, decimal, hint)
+    if chosen is None:
         return result
     result.numeric = True
     result.decimal = chosen

@@ -34,13 +34,12 @@ Modes (`data.cache`):
     off     decode every file on every access.
     auto    memory when the cache takes at most MEMORY_BUDGET (2 GiB) and a quarter of the
             available RAM; else disk when it takes at most DISK_BUDGET (16 GiB) and half the free
-            space of the cache folder (and the folder is writable); else off.
+            space of the cache folder (and the folder is writable); else off (torchwise.data.cache_budget).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import secrets
 import shutil
@@ -48,20 +47,15 @@ import socket
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
+from torchwise.data.cache_budget import ENV_DIR, default_root, human_bytes, resized_shape
 from torchwise.errors import TorchwiseError
 
 # 2: pixels decoded by image_decode.to_standard (16-bit, float, alpha by their real scale); caches
 # built by version 1 saturated 16-bit images to white, so they are rebuilt, never reused.
 FORMAT_VERSION = 2
-ENV_DIR = "TORCHWISE_CACHE_DIR"
-MEMORY_BUDGET = 2 * 1024**3
-MEMORY_SHARE = 0.25
-DISK_BUDGET = 16 * 1024**3
-DISK_SHARE = 0.5
 PIXELS_FILE = "pixels.npy"
 INDEX_FILE = "index.json"
 # Images decoded and resized per batch of work when building (bounds the memory held in flight).
@@ -70,118 +64,6 @@ BUILD_CHUNK = 256
 
 class CacheDamaged(Exception):
     """A disk cache that cannot be trusted; the reason is the message."""
-
-
-# ----------------------------------------------------------------------------- sizes and budgets
-
-
-def cache_side(size: int, center_crop: float) -> int:
-    """The shorter side of the cached copies: the validation resize side (transforms.eval_resize)."""
-    return max(size, int(round(size / center_crop)))
-
-
-def resized_shape(width: int, height: int, side: int) -> tuple[int, int]:
-    """(height, width) of an image after shrinking its shorter side to `side`; smaller ones unchanged.
-
-    The same arithmetic as torchvision's Resize(side) (which the validation transform runs), so the
-    validation resize of a cached copy is a no-op."""
-    short, long = (width, height) if width <= height else (height, width)
-    if short <= side:
-        return height, width
-    new_long = int(side * long / short)
-    return (new_long, side) if width <= height else (side, new_long)
-
-
-def estimate_bytes(sizes: Iterable[tuple[int, int]], channels: int, side: int) -> int:
-    """Bytes of the cache for images of the given (width, height)."""
-    total = 0
-    for width, height in sizes:
-        h, w = resized_shape(width, height, side)
-        total += channels * h * w
-    return total
-
-
-def default_root() -> Path:
-    env = os.environ.get(ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "torchwise" / "images"
-
-
-def available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def memory_budget() -> int:
-    budget = MEMORY_BUDGET
-    free = available_memory()
-    if free is not None:
-        budget = min(budget, int(free * MEMORY_SHARE))
-    # Spawned / forkserver workers receive the buffer through shared memory (/dev/shm), which
-    # containers often keep small; fork workers share it copy-on-write and need none.
-    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
-    if method != "fork":
-        try:
-            shm = os.statvfs("/dev/shm")
-            budget = min(budget, int(shm.f_bavail * shm.f_frsize * 0.5))
-        except OSError:
-            pass
-    return budget
-
-
-def _existing_parent(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def disk_budget(root: Path) -> int:
-    try:
-        st = os.statvfs(_existing_parent(root))
-        return min(DISK_BUDGET, int(st.f_bavail * st.f_frsize * DISK_SHARE))
-    except OSError:
-        return 0
-
-
-def _writable(root: Path) -> bool:
-    parent = _existing_parent(root)
-    return os.access(parent, os.W_OK | os.X_OK)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def choose_mode(requested: str, nbytes: int, root: Path) -> tuple[str, str]:
-    """(mode, why) for data.cache=`requested` and a cache of `nbytes`."""
-    if requested != "auto":
-        return requested, f"data.cache={requested}"
-    budget = memory_budget()
-    if nbytes <= budget:
-        return "memory", f"auto: {human_bytes(nbytes)} fit the memory budget of {human_bytes(budget)}"
-    space = disk_budget(root)
-    if nbytes <= space and _writable(root):
-        return "disk", (f"auto: {human_bytes(nbytes)} exceed the memory budget of {human_bytes(budget)} "
-                        f"and fit the disk budget of {human_bytes(space)}")
-    why = "is not writable" if not _writable(root) else f"has a budget of {human_bytes(space)}"
-    return "off", (f"auto: {human_bytes(nbytes)} exceed the memory budget of {human_bytes(budget)}, and the "
-                   f"cache folder {root} {why}; set data.cache_dir to a larger folder to cache on disk")
 
 
 # ----------------------------------------------------------------------------- the cache
@@ -425,29 +307,27 @@ def _remove_stale_temporaries(root: Path, key: str) -> None:
             continue
 
 
-def open_or_build_disk(paths: Sequence[str], sizes: dict[str, tuple[int, int]], *, mode: str, side: int,
-                       root: str | Path | None = None, decoded: dict[str, Any] | None = None, threads: int = 4,
-                       progress: bool = False, log: Callable[[str], None] | None = None) -> ImageCache:
-    """The disk cache for these files: reused when complete and intact, else (re)built atomically."""
-    import numpy as np
-
-    log = log or (lambda _msg: None)
-    root = Path(root).expanduser() if root else default_root()
-    key = cache_key(paths, mode=mode, side=side)
-    folder = root / key
-    rebuilt = ""
-    if folder.exists():
+def _reuse_or_clear(folder: Path, root: Path, paths: Sequence[str], key: str, *, mode: str, side: int,
+                    log: Callable[[str], None]) -> tuple[ImageCache | None, str]:
+    """(the complete cache in `folder`, "") when there is one; else (None, why it was removed, or "" when
+    there was none)."""
+    if not folder.exists():
+        return None, ""
+    try:
+        cache = _open_disk(folder, paths, key, mode=mode, side=side)
+        cache.status = "reused"
+        return cache, ""
+    except CacheDamaged as damage:
+        log(f"data: the disk image cache {folder} is damaged ({damage}); rebuilding it")
         try:
-            cache = _open_disk(folder, paths, key, mode=mode, side=side)
-            cache.status = "reused"
-            return cache
-        except CacheDamaged as damage:
-            rebuilt = str(damage)
-            log(f"data: the disk image cache {folder} is damaged ({damage}); rebuilding it")
-            try:
-                shutil.rmtree(folder)
-            except OSError as exc:
-                raise _unwritable(root, exc) from None
+            shutil.rmtree(folder)
+        except OSError as exc:
+            raise _unwritable(root, exc) from None
+        return None, str(damage)
+
+
+def _new_temporary(root: Path, key: str) -> Path:
+    """A fresh folder to build the cache in, named for this host and process (see _remove_stale_temporaries)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(root, key)
@@ -455,29 +335,53 @@ def open_or_build_disk(paths: Sequence[str], sizes: dict[str, tuple[int, int]], 
         tmp.mkdir()
     except OSError as exc:
         raise _unwritable(root, exc) from None
+    return tmp
 
+
+def _write_disk(tmp: Path, paths: Sequence[str], shapes: list[tuple[int, ...]], offsets: list[int], total: int, *,
+                key: str, mode: str, side: int, decoded: dict[str, Any] | None, threads: int,
+                progress: bool) -> None:
+    """The pixels and their index in `tmp`, fsynced (the caller renames the folder into place)."""
+    import numpy as np
+
+    array = np.lib.format.open_memmap(tmp / PIXELS_FILE, mode="w+", dtype=np.uint8, shape=(total,))
+
+    def write(offset: int, flat):
+        array[offset:offset + flat.numel()] = flat.numpy()
+
+    _fill(paths, shapes, offsets, write, mode=mode, side=side, decoded=decoded, threads=threads,
+          progress=progress, desc="caching images on disk")
+    array.flush()
+    crc = _checksum(array)
+    del array
+    index = {"version": FORMAT_VERSION, "key": key, "mode": mode, "side": side, "total": total,
+             "crc32": crc, "created": time.time(), "paths": [os.path.abspath(p) for p in paths],
+             "shapes": [list(s) for s in shapes]}
+    (tmp / INDEX_FILE).write_text(json.dumps(index))
+    for name in (PIXELS_FILE, INDEX_FILE):
+        with open(tmp / name, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def open_or_build_disk(paths: Sequence[str], sizes: dict[str, tuple[int, int]], *, mode: str, side: int,
+                       root: str | Path | None = None, decoded: dict[str, Any] | None = None, threads: int = 4,
+                       progress: bool = False, log: Callable[[str], None] | None = None) -> ImageCache:
+    """The disk cache for these files: reused when complete and intact, else (re)built atomically."""
+    log = log or (lambda _msg: None)
+    root = Path(root).expanduser() if root else default_root()
+    key = cache_key(paths, mode=mode, side=side)
+    folder = root / key
+    cache, rebuilt = _reuse_or_clear(folder, root, paths, key, mode=mode, side=side, log=log)
+    if cache is not None:
+        return cache
+    tmp = _new_temporary(root, key)
     channels = 1 if mode == "L" else 3
     shapes = _shapes(paths, sizes, channels, side)
     offsets, total = _layout(shapes)
     try:
         try:
-            array = np.lib.format.open_memmap(tmp / PIXELS_FILE, mode="w+", dtype=np.uint8, shape=(total,))
-
-            def write(offset: int, flat):
-                array[offset:offset + flat.numel()] = flat.numpy()
-
-            _fill(paths, shapes, offsets, write, mode=mode, side=side, decoded=decoded, threads=threads,
-                  progress=progress, desc="caching images on disk")
-            array.flush()
-            crc = _checksum(array)
-            del array
-            index = {"version": FORMAT_VERSION, "key": key, "mode": mode, "side": side, "total": total,
-                     "crc32": crc, "created": time.time(), "paths": [os.path.abspath(p) for p in paths],
-                     "shapes": [list(s) for s in shapes]}
-            (tmp / INDEX_FILE).write_text(json.dumps(index))
-            for name in (PIXELS_FILE, INDEX_FILE):
-                with open(tmp / name, "rb") as handle:
-                    os.fsync(handle.fileno())
+            _write_disk(tmp, paths, shapes, offsets, total, key=key, mode=mode, side=side, decoded=decoded,
+                        threads=threads, progress=progress)
         except OSError as exc:
             raise _unwritable(root, exc) from None
         try:

@@ -13,6 +13,8 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from torchwise.files import write_text
+
 # The statistics torchvision's ImageNet weights were trained with; used with --weights, because
 # a pretrained network expects its inputs normalized the way it was trained.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -78,7 +80,6 @@ def cached_mean_std(run_dir: str | Path | None, key: str, compute: Callable[[], 
         except (ValueError, KeyError):
             pass  # a damaged cache is recomputed, never trusted
     mean, std = compute()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "mean": mean, "std": std, "split": "train"}, indent=2))
+    if path is not None:  # atomically: a crash mid-write leaves the previous cache (or none), never half of one
+        write_text(path, json.dumps({"key": key, "mean": mean, "std": std, "split": "train"}, indent=2))
     return mean, std, False

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from torchwise.config import RunConfig
 from torchwise.errors import ConfigError, TorchwiseError
+from torchwise.files import write_text
 
 SPLIT_FILE = "split.json"
 # Side used for torchvision architectures when data.image_size is not set: what they were designed for.
@@ -181,11 +182,8 @@ def describe_class_weights(task: Task, limit: int = 10) -> str:
 # ----------------------------------------------------------------------------- images
 
 
-def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: bool,
-                   log: Callable[[str], None]) -> Task:
-    from torchwise.data import imagefolder, stats, transforms
-
-    d = config.data
+def _refuse_table_settings(d: Any) -> None:
+    """--target and --problem regression are for CSV files: an image folder is a classification task."""
     if d.target:
         raise TorchwiseError("--target is for CSV files, but the data is an image folder.",
                              values={"data": d.path, "target": d.target},
@@ -193,6 +191,63 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
     if d.problem == "regression":
         raise TorchwiseError("Image folders are a classification task.", values={"problem": d.problem},
                              fix="drop --problem (or set it to classification)")
+
+
+def _image_stats(config: RunConfig, scan: Any, model_name: str, *, mode: str, channels: int, side: int,
+                 cache: Any, run_dir: str | Path | None, progress: bool) -> tuple[list[float], list[float], str]:
+    """(mean, std, where they come from): the run the --weights come from, ImageNet's for pretrained
+    torchvision weights, else the training split's (cached in the run directory)."""
+    from torchwise.data import imagefolder, stats, transforms
+
+    d = config.data
+    source_stats = _stats_of_weights(config.model.weights, channels)
+    if source_stats is not None:
+        mean, std = source_stats
+        return mean, std, "the run the --weights come from"
+    if config.model.weights and model_name not in ("smallcnn", "mlp") and ":" not in model_name:
+        mean, std = stats.pretrained_stats(channels)
+        return mean, std, "pretrained (ImageNet) statistics, because --weights is used"
+    stat_tf = transforms.stats_transform(side, center_crop=d.center_crop)
+    loader = imagefolder.ImageDataset(scan.train, stat_tf, mode=mode, cache=cache)
+    key = stats.fingerprint([p for p, _ in scan.train], {"side": side, "crop": d.center_crop, "mode": mode})
+    mean, std, cached = stats.cached_mean_std(
+        run_dir, key, lambda: stats.compute_mean_std(lambda i: loader[i][0], len(loader), channels=channels,
+                                                     seed=config.train.seed, progress=progress))
+    return mean, std, "training split" + (" (cached)" if cached else "")
+
+
+def _image_transforms(d: Any, side: int, mean: list[float], std: list[float]) -> tuple[Any, Any, Any, Any]:
+    """(train transform, val transform, batch_augment, batch_eval): augmentation in the loader, or with
+    data.augment_on=device fixed-size uint8 in the loader and the augmentation per batch on the device."""
+    from torchwise.data import transforms
+
+    if d.augment_on != "device":
+        return (transforms.train_transform(side, mean, std, crop_scale=d.crop_scale, hflip=d.hflip),
+                transforms.val_transform(side, mean, std, center_crop=d.center_crop), None, None)
+    from torchwise.data.device_augment import BatchAugment, BatchEval
+
+    fixed = transforms.fixed_square_uint8(side, d.center_crop)
+    batch_augment = BatchAugment.like_train_transform(size=side, mean=mean, std=std, crop_scale=d.crop_scale,
+                                                      hflip=d.hflip)
+    batch_eval = BatchEval.like_val_transform(size=side, mean=mean, std=std, center_crop=d.center_crop)
+    return fixed, fixed, batch_augment, batch_eval
+
+
+def _write_image_split(run_dir: str | Path, scan: Any) -> None:
+    root = Path(scan.root)
+    rel = lambda samples: [[str(Path(p).relative_to(root)), label] for p, label in samples]  # noqa: E731
+    _write_json(Path(run_dir) / SPLIT_FILE, {"kind": "image", "root": str(root.resolve()),
+                                             "layout": scan.layout, "train": rel(scan.train),
+                                             "val": rel(scan.val),
+                                             "skipped": [[p, r] for p, r in scan.skipped]})
+
+
+def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: bool,
+                   log: Callable[[str], None]) -> Task:
+    from torchwise.data import imagefolder, transforms
+
+    d = config.data
+    _refuse_table_settings(d)
     scan = imagefolder.scan_image_folder(d.path, val_fraction=d.val_fraction, seed=config.train.seed,
                                          progress=progress, keep_decoded=d.cache != "off")
     split_warnings = check_class_split(scan.class_names, scan.class_counts(scan.train), scan.class_counts(scan.val),
@@ -210,44 +265,13 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
     config = dataclasses.replace(config, data=d)
     cache, cache_line = _image_cache(config, scan, mode, channels, side, progress=progress, log=log)
     log(f"data: image cache: {cache_line}")
-    stat_tf = transforms.stats_transform(side, center_crop=d.center_crop)
-
-    source_stats = _stats_of_weights(config.model.weights, channels)
-    if source_stats is not None:
-        mean, std = source_stats
-        stats_source = "the run the --weights come from"
-    elif config.model.weights and model_name not in ("smallcnn", "mlp") and ":" not in model_name:
-        mean, std = stats.pretrained_stats(channels)
-        stats_source = "pretrained (ImageNet) statistics, because --weights is used"
-    else:
-        loader = imagefolder.ImageDataset(scan.train, stat_tf, mode=mode, cache=cache)
-        key = stats.fingerprint([p for p, _ in scan.train], {"side": side, "crop": d.center_crop, "mode": mode})
-        mean, std, cached = stats.cached_mean_std(
-            run_dir, key, lambda: stats.compute_mean_std(lambda i: loader[i][0], len(loader), channels=channels,
-                                                         seed=config.train.seed, progress=progress))
-        stats_source = "training split" + (" (cached)" if cached else "")
-
-    batch_augment = batch_eval = None
-    if d.augment_on == "device":
-        from torchwise.data.device_augment import BatchAugment, BatchEval
-
-        train_tf = val_tf = transforms.fixed_square_uint8(side, d.center_crop)
-        batch_augment = BatchAugment.like_train_transform(size=side, mean=mean, std=std, crop_scale=d.crop_scale,
-                                                          hflip=d.hflip)
-        batch_eval = BatchEval.like_val_transform(size=side, mean=mean, std=std, center_crop=d.center_crop)
-    else:
-        train_tf = transforms.train_transform(side, mean, std, crop_scale=d.crop_scale, hflip=d.hflip)
-        val_tf = transforms.val_transform(side, mean, std, center_crop=d.center_crop)
+    mean, std, stats_source = _image_stats(config, scan, model_name, mode=mode, channels=channels, side=side,
+                                           cache=cache, run_dir=run_dir, progress=progress)
+    train_tf, val_tf, batch_augment, batch_eval = _image_transforms(d, side, mean, std)
     train_ds = imagefolder.ImageDataset(scan.train, train_tf, mode=mode, cache=cache)
     val_ds = imagefolder.ImageDataset(scan.val, val_tf, mode=mode, cache=cache)
-
     if run_dir is not None:
-        root = Path(scan.root)
-        rel = lambda samples: [[str(Path(p).relative_to(root)), label] for p, label in samples]  # noqa: E731
-        _write_json(Path(run_dir) / SPLIT_FILE, {"kind": "image", "root": str(root.resolve()),
-                                                 "layout": scan.layout, "train": rel(scan.train),
-                                                 "val": rel(scan.val),
-                                                 "skipped": [[p, r] for p, r in scan.skipped]})
+        _write_image_split(run_dir, scan)
     summary = scan.summary()
     if split_warnings:
         summary["warnings"] = list(summary.get("warnings") or []) + split_warnings
@@ -269,14 +293,14 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
 def _image_cache(config: RunConfig, scan: Any, mode: str, channels: int, side: int, *, progress: bool,
                  log: Callable[[str], None]) -> tuple[Any, str]:
     """(ImageCache or None, one line saying which cache and why) for data.cache (image_cache.py)."""
-    from torchwise.data import image_cache
+    from torchwise.data import cache_budget, image_cache
 
     d = config.data
     paths = sorted({p for p, _ in scan.train + scan.val})
-    cache_side = image_cache.cache_side(side, d.center_crop)
-    nbytes = image_cache.estimate_bytes((scan.sizes[p] for p in paths), channels, cache_side)
-    root = Path(d.cache_dir).expanduser() if d.cache_dir else image_cache.default_root()
-    kind, why = image_cache.choose_mode(d.cache, nbytes, root)
+    cache_side = cache_budget.cache_side(side, d.center_crop)
+    nbytes = cache_budget.estimate_bytes((scan.sizes[p] for p in paths), channels, cache_side)
+    root = Path(d.cache_dir).expanduser() if d.cache_dir else cache_budget.default_root()
+    kind, why = cache_budget.choose_mode(d.cache, nbytes, root)
     started = time.perf_counter()
     threads = max(1, min(8, os.cpu_count() or 1))
     cache = None
@@ -455,5 +479,6 @@ def _read_split(run_dir: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
+    """Atomically (a crash or a full disk leaves the previous split.json, never half of one), with the
+    layout split.json has always had (indent 1, keys in their order)."""
+    write_text(path, json.dumps(data, indent=1))
