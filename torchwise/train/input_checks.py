@@ -196,21 +196,25 @@ class DataGuard:
 
 # ------------------------------------------------------------------ metrics and the monitor
 def check_metrics(metrics: Any) -> dict[str, Callable[..., Any]]:
-    """A dict {name: fn}; a list or tuple of functions is named by the functions' names."""
+    """A dict {name: fn or metric object}; in a list or tuple a function is named by its name, a metric
+    object (torchmetrics' MulticlassF1Score) by its class's name in snake case (multiclass_f1_score)."""
+    from torchwise.train.metrics import is_streaming
+
     if metrics is None:
         return {}
-    fix = "Pass metrics={'f1': f1_fn} (each fn(outputs, targets) -> float), or a list of named functions."
+    fix = ("Pass metrics={'f1': f1_fn} (each fn(outputs, targets) -> float, or a torchmetrics Metric), or a list "
+           "of named functions.")
     if isinstance(metrics, Mapping):
         items = list(metrics.items())
     elif isinstance(metrics, (list, tuple)):
         items = []
         for fn in metrics:
-            name = getattr(fn, "__name__", None)
+            name = getattr(fn, "__name__", None) or (_snake(type(fn).__name__) if is_streaming(fn) else None)
             require(isinstance(name, str) and name.isidentifier() and name != "<lambda>",
                     "A metric in the list has no usable name.", {"metric": repr(fn)[:120]},
                     "Give it a name with a dict: metrics={'my_metric': fn} (a lambda has no name of its own).")
             items.append((name, fn))
-    elif callable(metrics):
+    elif callable(metrics) or is_streaming(metrics):
         raise ConfigError("metrics must be a dict of functions, not one function.",
                           values={"metrics": getattr(metrics, "__name__", repr(metrics)[:80])},
                           fix=f"Pass metrics={{'{getattr(metrics, '__name__', 'name')}': fn}} or metrics=[fn].")
@@ -221,7 +225,8 @@ def check_metrics(metrics: Any) -> dict[str, Callable[..., Any]]:
     for name, fn in items:
         require(isinstance(name, str) and name != "", "A metric name must be a non-empty string.",
                 {"name": repr(name)}, fix)
-        require(callable(fn), "A metric must be a function fn(outputs, targets) -> float.",
+        require(callable(fn) or is_streaming(fn), "A metric must be a function fn(outputs, targets) -> float "
+                "or an object with update/compute/reset (a torchmetrics Metric).",
                 {"metric": name, "given": type(fn).__name__}, fix)
         name = name.removeprefix("val_")  # logged as val_<name> either way
         require(name not in out, "Two metrics have the same name.", {"name": name},
@@ -231,6 +236,13 @@ def check_metrics(metrics: Any) -> dict[str, Callable[..., Any]]:
                 f"Name it otherwise, e.g. metrics={{'my_{name}': fn}}.")
         out[name] = fn
     return out
+
+
+def _snake(name: str) -> str:
+    """MulticlassF1Score -> multiclass_f1_score."""
+    import re
+
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 def known_monitors(task: str, metrics: Iterable[str]) -> list[str]:

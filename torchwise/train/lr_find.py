@@ -328,7 +328,7 @@ def run_lr_find(trainer: Any, *, plot: str | Path | None = None, **kwargs: Any) 
     loader = _build_loader(trainer.train_data, trainer.device, trainer.batch_size, trainer.seed, trainer.num_workers)
     if plot is None and getattr(trainer, "out_dir", None) is not None:
         plot = Path(trainer.out_dir) / "lr_find.png"
-    return _run(trainer.model, optimizer, trainer.loss_fn, loader, trainer.precision, trainer.device,
+    return _run(trainer.model, optimizer, trainer.contract, loader, trainer.precision, trainer.device,
                 trainer.clip_grad_norm, schedule.scheduler if schedule is not None else None, trainer.accumulate,
                 kwargs, plot, augment=getattr(trainer, "batch_augment", None))
 
@@ -340,10 +340,11 @@ def _build_loader(data: Any, device: torch.device, batch_size: int, seed: int, n
                         num_workers=num_workers)
 
 
-def _micro_batches(loader: Any, device: torch.device, accumulate: int, augment: Any = None) -> Iterator[list]:
+def _micro_batches(loader: Any, device: torch.device, accumulate: int, contract: Any, augment: Any = None
+                   ) -> Iterator[list]:
     """Endless: epochs follow each other, so a short data set still gives a full sweep. `augment`: the
     Trainer's batch_augment (the sweep must see the inputs training sees)."""
-    from torchwise.train.batches import batch_size_of, move_to, split_batch
+    from torchwise.train.batches import move_to
 
     generator = torch.Generator(device=device).manual_seed(0) if augment is not None else None
     epoch = 0
@@ -352,10 +353,10 @@ def _micro_batches(loader: Any, device: torch.device, accumulate: int, augment: 
         micro = []
         for batch in loader.epoch_iter(epoch):
             got_any = True
-            inputs, target = split_batch(move_to(batch, device, device.type == "cuda"))
-            if augment is not None:
+            inputs, target = contract.parts(move_to(batch, device, device.type == "cuda"))
+            if augment is not None and contract.positional(inputs):
                 inputs = (augment(inputs[0], generator), *inputs[1:])
-            micro.append((inputs, target, batch_size_of(target)))
+            micro.append((inputs, target, contract.size(inputs, target)))
             if len(micro) == accumulate:
                 yield micro
                 micro = []
@@ -368,13 +369,16 @@ def _micro_batches(loader: Any, device: torch.device, accumulate: int, augment: 
 
 def _run(model, optimizer, loss_fn, loader, precision, device, clip, scheduler, accumulate, settings, plot,
          augment=None):
+    from torchwise.train.contract import StepContract
     from torchwise.train.step import StepRunner
 
     _check_args(settings.get("start_lr", 1e-7), settings.get("end_lr", 10.0), settings.get("num_steps", 100),
                 settings.get("smoothing", 0.9), settings.get("diverge", 4.0), settings.get("rule", "steepest"))
-    runner = StepRunner(model, optimizer, loss_fn, precision, device, clip)
+    contract = loss_fn if isinstance(loss_fn, StepContract) else StepContract(loss_fn, loss_given=True)
+    contract.model_for_keys = contract.model_for_keys or model
+    runner = StepRunner(model, optimizer, contract, precision, device, clip)
     snapshot = _Snapshot(model, optimizer, scheduler, runner.scaler)
-    batches = _micro_batches(loader, device, accumulate, augment)
+    batches = _micro_batches(loader, device, accumulate, contract, augment)
     try:
         model.train()
         result = sweep(lambda: runner.run(next(batches), measure_norm=False), optimizer, **settings)

@@ -51,7 +51,7 @@ class TrainerSetup:
         self.model.to(self.device)
         if isinstance(self.loss_fn, nn.Module):  # its buffers (a CrossEntropyLoss weight) must sit with the outputs
             self.loss_fn.to(self.device)
-        self.evaluator = Evaluator(self.model, self.loss_fn, self.precision, self.device, self.config.task,
+        self.evaluator = Evaluator(self.model, self.contract, self.precision, self.device, self.config.task,
                                    self.metrics, self.dist)
         batch_eval = self.config.batch_eval
         if batch_eval is not None:
@@ -111,7 +111,7 @@ class TrainerSetup:
         self.watcher = self.attach_watcher()
         # The one step body, wrapped in one place (train/step_wrappers.py): the device-step path, the OOM guard
         # (remedies, or smaller micro-batches with on_oom="adapt"), and the fall-back from a failed compile.
-        self.step_core = StepRunner(self.train_model, self.optimizer, self.loss_fn, self.precision, self.device,
+        self.step_core = StepRunner(self.train_model, self.optimizer, self.contract, self.precision, self.device,
                                     cfg.clip_grad_norm, self.dist, self.watcher)
         self.step_core.check_first_batch = self.check_first_batch
         self.step_runner = compose_step(self.step_core, on_oom=cfg.on_oom, accumulate=cfg.accumulate,

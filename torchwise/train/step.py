@@ -19,6 +19,7 @@ from torch import nn
 
 from torchwise.errors import TorchwiseError
 from torchwise.train import input_checks as checks
+from torchwise.train.contract import StepContract, WholeBatch
 from torchwise.train.distributed import DistEnv, sum_across
 from torchwise.train.failures import is_compile_failure, is_oom
 from torchwise.train.precision import Precision
@@ -39,10 +40,14 @@ class StepResult:
 
 
 class StepRunner:
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 loss_fn: Callable[..., torch.Tensor] | StepContract,
                  precision: Precision, device: torch.device, clip_grad_norm: float | None,
                  dist_env: DistEnv = DistEnv(), watcher: Any = None):
-        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.model, self.optimizer = model, optimizer
+        # how a micro-batch becomes a loss (train/contract.py); a plain loss_fn is the positional form
+        self.contract = loss_fn if isinstance(loss_fn, StepContract) else StepContract(loss_fn, loss_given=True)
+        self.loss_fn = self.contract.loss_fn
         self.dist = dist_env
         self.watcher = watcher if watcher is not None else NoWatcher()  # torchwise check's detectors
         self.precision, self.device, self.clip = precision, device, clip_grad_norm
@@ -142,31 +147,35 @@ class StepRunner:
             return _fsdp_gradient_sync(self.model, last_micro_batch)
         return contextlib.nullcontext()
 
-    def _loss(self, model: nn.Module, inputs: tuple[Any, ...], target: Any) -> torch.Tensor:
-        """loss_fn(model(*inputs), target). Until the first loss passed its checks, a failure of the forward
-        or the loss is told with the batch's shapes; later, a failing loss is explained when the labels
-        are the cause (and re-raised as it is otherwise)."""
-        first = not self._loss_checked
+    def _loss(self, model: nn.Module, inputs: Any, target: Any) -> torch.Tensor:
+        """The micro-batch's loss as the contract computes it (loss_fn(model(*inputs), target) by default).
+        Until the first loss passed its checks, a failure of the forward or the loss is told with the
+        batch's shapes; later, a failing loss is explained when the labels are the cause (and re-raised
+        as it is otherwise)."""
+        contract, first = self.contract, not self._loss_checked
+        if isinstance(inputs, WholeBatch):  # the user's compute_loss runs the model and the loss itself
+            return contract.loss_and_output(model, inputs, target)[0]
         if first:
             try:
-                output = model(*inputs)
+                output = contract.forward(model, inputs)
             except Exception as exc:  # noqa: BLE001 - re-raised, explained, unless torch must see it as it is
                 if _passes_through(exc):
                     raise
                 raise checks.forward_error(exc, inputs, model, "first training batch") from exc
-            if self.check_first_batch is not None:
-                self.check_first_batch(output, target)
+            if self.check_first_batch is not None and contract.checks_targets:
+                self.check_first_batch(*contract.for_metrics(output, target))
         else:
-            output = model(*inputs)
+            output = contract.forward(model, inputs)
         try:
-            return self.loss_fn(output, target)
+            return contract.loss_of(output, target)
         except Exception as exc:  # noqa: BLE001
             if _passes_through(exc):
                 raise
-            task = "classification" if isinstance(output, torch.Tensor) and output.ndim >= 2 else ""
-            checks.check_targets(output, target, self.loss_fn, task, "training batch", strict=False)
+            logits = contract.for_metrics(output, target)[0]
+            task = "classification" if isinstance(logits, torch.Tensor) and logits.ndim >= 2 else ""
+            checks.check_targets(logits, target, self.loss_fn, task, "training batch", strict=False)
             if first:
-                raise checks.loss_error(exc, output, target, "first training batch") from exc
+                raise checks.loss_error(exc, logits, target, "first training batch") from exc
             raise
 
     def _check_loss(self, loss: Any) -> None:

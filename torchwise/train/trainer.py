@@ -21,7 +21,8 @@ from torch import nn
 from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
 from torchwise.train import distributed
 from torchwise.train import input_checks as checks_
-from torchwise.train.batches import batch_size_of, move_to, split_batch
+from torchwise.train.batches import move_to
+from torchwise.train.contract import StepContract
 from torchwise.train.distributed import DistEnv, barrier, gather_objects
 from torchwise.train.eval_log import TrainerReporting
 from torchwise.train.evaluation import MetricFn
@@ -56,7 +57,12 @@ class FitResult:
 
 class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
     """Trainer(model, optimizer, loss, train_data, val_data, *, config=None, metrics=None, callbacks=(),
-    **settings): `settings` are the fields of TrainerConfig by name (epochs=3, batch_size=32, ...).
+    compute_loss=None, **settings): `settings` are the fields of TrainerConfig by name (epochs=3, ...).
+
+    How a batch becomes a loss (train/contract.py): loss(model(*inputs), target) for (x, y) batches; a
+    dict batch the model takes by keyword (a Hugging Face batch) is model(**batch), with the model's own
+    loss unless loss= is given; compute_loss(model, batch) -> loss or (loss, outputs, targets) for anything
+    else. Metrics may be functions fn(outputs, targets) or streaming objects (a torchmetrics Metric).
 
     A callback is an object with methods named on_<event> (on_step_end(trainer=..., step=..., ...));
     one that also has state_dict()/load_state_dict() is saved in every checkpoint and restored on resume.
@@ -73,6 +79,7 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
         config: TrainerConfig | Mapping[str, Any] | None = None,
         metrics: Mapping[str, MetricFn] | Iterable[MetricFn] | None = None,
         callbacks: Iterable[Any] = (),
+        compute_loss: Callable[[nn.Module, Any], Any] | None = None,
         **settings: Any,
     ):
         _require(isinstance(model, nn.Module), "model must be a torch.nn.Module.", {"model": type(model).__name__},
@@ -89,7 +96,14 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
                  {"optimizer": type(optimizer).__name__},
                  "Pass a factory: optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3).")
         self.model, self.optimizer_arg = model, optimizer
-        self.loss_fn = loss if loss is not None else (nn.CrossEntropyLoss() if cfg.task == "classification" else _mse)
+        _require(compute_loss is None or callable(compute_loss), "compute_loss must be callable(model, batch).",
+                 {"compute_loss": type(compute_loss).__name__},
+                 "Pass a function: compute_loss=lambda model, batch: F.cross_entropy(model(batch['x']), batch['y']).")
+        self.loss_fn = loss if loss is not None else (
+            nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing) if cfg.task == "classification" else _mse)
+        # how a batch becomes a loss: loss_fn(model(*inputs), target), a model's own loss, or compute_loss
+        self.contract = StepContract(self.loss_fn, loss_given=loss is not None, compute_loss=compute_loss)
+        self.contract.model_for_keys = model
         self.train_data, self.val_data = train_data, val_data
         self.metrics = checks_.check_metrics(metrics)
         es = cfg.early_stopping
@@ -261,11 +275,13 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
         return self.evaluator.evaluate(self.guarded(loader, data, "data"), num_batches=loader.batches_per_epoch())
 
     def predict(self, data: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Model outputs and targets for `data`, concatenated on the CPU, in data order."""
+        """Model outputs and targets for `data`, concatenated on the CPU, in data order. Batches may carry
+        no labels (a tensor, or (x,)): the targets are None then."""
         self.setup_basics()
         data = self.val_data if data is None else checks_.as_data(data, "data")
         loader = self.eval_loader(data)
-        outs, targets, _, _ = self.evaluator.outputs(self.guarded(loader, data, "data"), loader.batches_per_epoch())
+        outs, targets, _, _ = self.evaluator.outputs(self.guarded(loader, data, "data"), loader.batches_per_epoch(),
+                                                     labels_optional=True)
         output = torch.cat(outs) if outs else torch.empty(0)
         target = torch.cat(targets) if targets and all(isinstance(t, torch.Tensor) for t in targets) else None
         if self.dist.enabled:  # rank r holds samples r, r + world, ...: interleave them back into data order
@@ -288,16 +304,17 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
             return Prefetcher(raw, self.device, prepare)
         return map(prepare, raw)
 
-    def _prepare_batch(self, batch: Any, epoch: int, index: int) -> tuple[tuple[Any, ...], Any, int]:
-        inputs, target = split_batch(move_to(batch, self.device, self.device.type == "cuda"))
+    def _prepare_batch(self, batch: Any, epoch: int, index: int) -> tuple[Any, Any, int]:
+        contract = self.contract
+        inputs, target = contract.parts(move_to(batch, self.device, self.device.type == "cuda"))
         augment = self.config.batch_augment
-        if augment is not None:
+        if augment is not None and contract.positional(inputs):
             # Seeded from (seed, rank, epoch, batch): a resumed run draws the same crops and flips.
             self.augment_gen.manual_seed(derive_seed(self.config.seed, self.dist.rank, epoch, index, 0xA6))
             inputs = (apply_batch_fn(augment, inputs[0], "batch_augment", self.augment_gen), *inputs[1:])
-        if "channels_last" in self.fast_plan.on:
+        if "channels_last" in self.fast_plan.on and contract.positional(inputs):
             inputs = to_channels_last(inputs)
-        return inputs, target, batch_size_of(target)
+        return inputs, target, contract.size(inputs, target)
 
     def _next_micro_batches(self, batches: Iterator[Any]) -> list[tuple[tuple[Any, ...], Any, int]]:
         micro = []
