@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from torchwise.env import cuda_info
-from torchwise.env.doctor import PROBLEM, WARNING, _check_driver, format_report, run_doctor
+from torchwise.env.doctor import PROBLEM, WARNING, format_report, run_doctor
+from torchwise.env.driver import check_driver
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -67,23 +68,23 @@ def _driver(max_cuda, version="535.104.05"):
 def test_driver_against_wheel_verdicts():
     # Only torch.version.cuda is read by this check; these stand in for wheels of other builds.
     wheel_128 = SimpleNamespace(version=SimpleNamespace(cuda="12.8", hip=None))
-    too_old = _check_driver(wheel_128, _driver((11, 4), "470.82"))
+    too_old = check_driver(wheel_128, _driver((11, 4), "470.82"))
     assert too_old.status == PROBLEM
     assert "supports up to CUDA 11.4" in too_old.summary and "570.26" in too_old.fix
-    minor = _check_driver(wheel_128, _driver((12, 2)))
+    minor = check_driver(wheel_128, _driver((12, 2)))
     assert minor.status == WARNING and "minor-version compatibility" in minor.summary and "cu121" in minor.fix
-    assert _check_driver(wheel_128, _driver((12, 9))).status == "ok"
+    assert check_driver(wheel_128, _driver((12, 9))).status == "ok"
     cpu_wheel = SimpleNamespace(version=SimpleNamespace(cuda=None, hip=None))
-    unused = _check_driver(cpu_wheel, _driver((12, 4)))
+    unused = check_driver(cpu_wheel, _driver((12, 4)))
     assert unused.status == WARNING and "CPU-only build" in unused.summary and "cu124" in unused.fix
 
 
 @pytest.mark.skipif(not torch.version.cuda or not NO_GPU, reason="needs a CUDA build without a visible GPU")
 def test_cuda_visible_devices_hiding_every_gpu_is_named(monkeypatch):
-    from torchwise.env.doctor import _check_cuda_devices
+    from torchwise.env.devices import check_cuda_devices
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    (check,) = _check_cuda_devices(torch, cuda_info.DriverInfo())
+    (check,) = check_cuda_devices(torch, cuda_info.DriverInfo())
     assert check.status == WARNING and "CUDA_VISIBLE_DEVICES" in check.summary
 
 

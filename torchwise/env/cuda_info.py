@@ -47,14 +47,15 @@ class DriverInfo:
     def as_dict(self) -> dict:
         return {
             "driver_version": self.driver_version,
-            "driver_max_cuda": _fmt(self.cuda_driver_api),
+            "driver_max_cuda": format_cuda_version(self.cuda_driver_api),
             "sources": self.sources,
             "gpus": self.gpus,
             "errors": self.errors,
         }
 
 
-def _fmt(version: tuple[int, int] | None) -> str | None:
+def format_cuda_version(version: tuple[int, int] | None) -> str | None:
+    """(12, 4) -> "12.4", the way nvidia-smi and torch.version.cuda write it; None stays None."""
     return None if version is None else f"{version[0]}.{version[1]}"
 
 
