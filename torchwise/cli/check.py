@@ -12,6 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # annotations only: the command keeps its heavy imports inside run()
+    from torchwise.diagnose.catalog import Finding
+    from torchwise.script_check.runner import RunResult
 
 DEFAULT_MAX_STEPS = 300  # mirrors torchwise.script_check.runner.DEFAULT_MAX_STEPS (kept light: no import here)
 
@@ -72,43 +77,63 @@ def run(args: argparse.Namespace) -> int:
     return finish(result)
 
 
-def _report(args: argparse.Namespace, script: str, result) -> int:
+def _report(args: argparse.Namespace, script: str, result: RunResult) -> int:
     """Print what check saw and found, write --report, and give the exit status."""
-    import json
-
-    sys.stdout.flush()
+    sys.stdout.flush()  # the script's own output first: the report comes after it
     out = sys.stderr
     print("", file=out)
     if result.failed:
-        print(f"torchwise check: {script} failed:", file=out)
-        print(result.traceback.rstrip(), file=out)
-        if result.translation:
-            print(result.translation, file=out)
-        print("", file=out)
+        _print_failure(script, result, out)
     steps = f"{result.steps} optimizer step{'s' if result.steps != 1 else ''}"
-    if result.failed:
-        how = (f"failed after {steps}; any findings cover only what ran before the failure, "
-               "the rest of the script was not checked")
-    elif result.interrupted:
-        how = f"was interrupted (Ctrl-C) after {steps}; the findings cover what ran until then"
-    elif result.stopped_early:
-        why = result.stop_reason or f"--max-steps {args.max_steps}"
-        how = f"stopped after {steps} ({why}; --max-steps 0 runs to the end)"
-    elif result.exit_code not in (None, 0):
-        where = f" at {result.exit_where}" if result.exit_where else ""
-        how = f"ran to the end and exited with status {result.exit_code} (sys.exit{where}): {steps}"
-    else:
-        how = f"ran to the end: {steps}"
-    print(f"torchwise check: {script} {how}.", file=out)
+    print(f"torchwise check: {script} {_how_it_ended(args, result, steps)}.", file=out)
     print(_coverage_line(result.coverage), file=out)
     if result.overfit is not None:
-        o = result.overfit
-        if o.get("ok") is None:
-            print(f"overfit-one-batch: skipped ({o.get('skipped')})", file=out)
-        else:
-            print(f"overfit-one-batch: loss {o['initial_loss']:.4g} -> {o['final_loss']:.4g} in {o['steps']} steps "
-                  f"on {o['batch']} samples: {'ok' if o['ok'] else 'FAILED'}", file=out)
-    mistakes, hints = result.mistakes, result.hints
+        print(_overfit_line(result.overfit), file=out)
+    _print_findings(result.mistakes, result.hints, out)
+    if result.internal_errors:
+        _print_internal_errors(result, out)
+    print("", file=out)
+    print(_verdict_line(result, steps), file=out)
+    if args.report:
+        _write_json_report(args.report, script, result)
+    return result.exit_status()
+
+
+def _print_failure(script: str, result: RunResult, out: TextIO) -> None:
+    """The script's own traceback, and what it means when torchwise knows the error."""
+    print(f"torchwise check: {script} failed:", file=out)
+    print(result.traceback.rstrip(), file=out)
+    if result.translation:
+        print(result.translation, file=out)
+    print("", file=out)
+
+
+def _how_it_ended(args: argparse.Namespace, result: RunResult, steps: str) -> str:
+    """How far the script ran, which is how much of it the findings cover."""
+    if result.failed:
+        return (f"failed after {steps}; any findings cover only what ran before the failure, "
+                "the rest of the script was not checked")
+    if result.interrupted:
+        return f"was interrupted (Ctrl-C) after {steps}; the findings cover what ran until then"
+    if result.stopped_early:
+        why = result.stop_reason or f"--max-steps {args.max_steps}"
+        return f"stopped after {steps} ({why}; --max-steps 0 runs to the end)"
+    if result.exit_code not in (None, 0):
+        where = f" at {result.exit_where}" if result.exit_where else ""
+        return f"ran to the end and exited with status {result.exit_code} (sys.exit{where}): {steps}"
+    return f"ran to the end: {steps}"
+
+
+def _overfit_line(o: dict) -> str:
+    """The overfit-one-batch test's result (--overfit)."""
+    if o.get("ok") is None:
+        return f"overfit-one-batch: skipped ({o.get('skipped')})"
+    return (f"overfit-one-batch: loss {o['initial_loss']:.4g} -> {o['final_loss']:.4g} in {o['steps']} steps "
+            f"on {o['batch']} samples: {'ok' if o['ok'] else 'FAILED'}")
+
+
+def _print_findings(mistakes: list[Finding], hints: list[Finding], out: TextIO) -> None:
+    """Each mistake in full, then the hints, under a heading that says they do not count."""
     for f in mistakes:
         print("", file=out)
         print(f.render(), file=out)
@@ -118,33 +143,42 @@ def _report(args: argparse.Namespace, script: str, result) -> int:
         for f in hints:
             print("", file=out)
             print(f.render(), file=out)
-    if result.internal_errors:
-        print("", file=out)
-        first = result.internal_errors[0]
-        print(f"torchwise check: {len(result.internal_errors)} failure(s) inside the checker itself (a torchwise "
-              f"bug, not your script's; that evidence was lost), first in {first['where']}: {first['error']}",
-              file=out)
-        if result.strict:
-            print(first.get("traceback", "").rstrip(), file=out)
+
+
+def _print_internal_errors(result: RunResult, out: TextIO) -> None:
+    """The checker's own failures: evidence lost to a torchwise bug (the traceback too under strict mode)."""
     print("", file=out)
+    first = result.internal_errors[0]
+    print(f"torchwise check: {len(result.internal_errors)} failure(s) inside the checker itself (a torchwise "
+          f"bug, not your script's; that evidence was lost), first in {first['where']}: {first['error']}",
+          file=out)
+    if result.strict:
+        print(first.get("traceback", "").rstrip(), file=out)
+
+
+def _verdict_line(result: RunResult, steps: str) -> str:
+    """The last line: how many findings, or why none is not a clean bill when the run failed or never trained."""
+    mistakes, hints = result.mistakes, result.hints
     if mistakes:
         errors = sum(f.severity == "error" for f in mistakes)
         scope = f" in the {steps} before the failure" if result.failed else ""
-        print(f"torchwise check: {len(mistakes)} finding(s){scope}: {errors} error(s), "
-              f"{len(mistakes) - errors} warning(s)" + (f"; {len(hints)} hint(s)" if hints else "") + ".", file=out)
-    elif result.failed:
-        print(f"torchwise check: no silent mistakes found in the {steps} before the failure "
-              "(the rest of the script was not checked).", file=out)
-    elif not result.training_seen:
-        print("torchwise check: no training was seen (no optimizer step, no hand-written update, no followed "
-              "worker that trained), so nothing was judged: this is not a clean bill.", file=out)
-    else:
-        print("torchwise check: no silent mistakes found" + (f" ({len(hints)} hint(s) above)" if hints else "")
-              + ".", file=out)
-    if args.report:
-        with open(args.report, "w", encoding="utf-8") as fh:
-            json.dump(result.report | {"script": script}, fh, indent=2)
-    return result.exit_status()
+        return (f"torchwise check: {len(mistakes)} finding(s){scope}: {errors} error(s), "
+                f"{len(mistakes) - errors} warning(s)" + (f"; {len(hints)} hint(s)" if hints else "") + ".")
+    if result.failed:
+        return (f"torchwise check: no silent mistakes found in the {steps} before the failure "
+                "(the rest of the script was not checked).")
+    if not result.training_seen:
+        return ("torchwise check: no training was seen (no optimizer step, no hand-written update, no followed "
+                "worker that trained), so nothing was judged: this is not a clean bill.")
+    return "torchwise check: no silent mistakes found" + (f" ({len(hints)} hint(s) above)" if hints else "") + "."
+
+
+def _write_json_report(path: str, script: str, result: RunResult) -> None:
+    """--report FILE.json: the findings and coverage, with the script's path."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(result.report | {"script": script}, fh, indent=2)
 
 
 def _coverage_line(cov: dict) -> str:
