@@ -1,7 +1,7 @@
 """CATALOG: every entry by id, gathered from the family modules, in the order `torchwise check --list` prints.
 
-The order is the one the mistakes were added in (the oldest, most common first), not the families':
-readers of the list and of reports know it, so it is written out here once.
+The order is the catalog's own (the order the entries were written in, which `--list`, reports that sort
+findings by it and their readers rely on), not the families': so it is written out here, once.
 """
 from __future__ import annotations
 
