@@ -81,11 +81,19 @@ class TrainerReporting:
                              "with resume=True.")
 
     def metrics_log(self, resumed: bool):
-        from torchwise.train.metrics_log import MetricsLog
+        """The run's loggers (the `loggers` setting), started; the names are checked on every rank, the
+        loggers run on the main one only."""
+        from torchwise.train.loggers.choice import check_loggers, choose_loggers
+        from torchwise.train.loggers.protocol import RunInfo
+        from torchwise.train.metrics_log import BASE_COLUMNS, MetricsLog
 
-        columns = [f"val_{k}" for k in self.metrics] + (["val_mae"] if self.config.task == "regression" else [])
-        return MetricsLog(self.config.out_dir if self.dist.is_main else None, columns,
-                          resume_step=self.pos.step if resumed else None, tensorboard=self.config.tensorboard)
+        cfg = self.config
+        check_loggers(cfg.loggers, tensorboard=cfg.tensorboard)
+        extra = [f"val_{k}" for k in self.metrics] + (["val_mae"] if cfg.task == "regression" else [])
+        run = RunInfo(cfg.out_dir, cfg.to_dict(), resumed=resumed, resume_step=self.pos.step if resumed else None,
+                      columns=BASE_COLUMNS + [c for c in extra if c not in BASE_COLUMNS], metadata=dict(cfg.metadata))
+        loggers = choose_loggers(cfg.loggers, tensorboard=cfg.tensorboard) if self.dist.is_main else []
+        return MetricsLog(loggers, run)
 
     def start_message(self, resumed_from: Path | None) -> str:
         plan = self.train_loader.plan

@@ -1,0 +1,61 @@
+"""metrics.csv: one row per evaluation, the columns in the run's order (the report and the CLI read it)."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from torchwise.train.loggers.protocol import RunInfo
+
+
+class CsvLogger:
+    """Appends evaluation rows to <run>/metrics.csv.
+
+    On resume, rows written after the resumed step are dropped first, so the file never holds a step twice.
+    Without a run folder (no out_dir, or a rank other than the main one) it writes nothing.
+    """
+
+    name = "csv"
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.columns: list[str] = []
+
+    def start(self, run: RunInfo) -> None:
+        if run.run_dir is None:
+            return
+        self.path, self.columns = run.run_dir / "metrics.csv", list(run.columns)
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        if run.resume_step is not None and self.path.exists():
+            self.truncate_after(run.resume_step)
+        else:
+            with open(self.path, "w", newline="") as fh:
+                csv.writer(fh).writerow(self.columns)
+
+    def truncate_after(self, step: int) -> None:
+        assert self.path is not None
+        with open(self.path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        with open(self.path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(r for r in rows if r.get("step") and int(r["step"]) <= step)
+
+    def log_metrics(self, row: dict[str, Any], step: int) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", newline="") as fh:
+            csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore").writerow(
+                {k: cell(row.get(k)) for k in self.columns})
+
+    def finish(self, status: str) -> None:
+        self.path = None
+
+
+def cell(value: Any) -> Any:
+    """A value as metrics.csv writes it: empty for None, floats to 6 significant digits."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value

@@ -1,0 +1,48 @@
+"""TensorBoard event files under <run>/tb: val/<metric> per evaluation, train/<scalar> every log_every steps."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+from torchwise.train.loggers.protocol import RunInfo
+
+
+class TensorBoardLogger:
+    name = "tensorboard"
+
+    def __init__(self) -> None:
+        self.writer: Any = None
+
+    def start(self, run: RunInfo) -> None:
+        if run.run_dir is None:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            # the run goes on: metrics.csv holds the same rows
+            print("torchwise: tensorboard is not installed; metrics go to metrics.csv only "
+                  "(pip install tensorboard)", file=sys.stderr)
+            return
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        # purge_step: on resume, the events after the resumed step (from the run that stopped) are hidden
+        self.writer = SummaryWriter(log_dir=str(run.run_dir / "tb"), purge_step=run.resume_step)
+
+    def scalars(self, step: int, values: dict[str, Any], prefix: str) -> None:
+        if self.writer is None:
+            return
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+                self.writer.add_scalar(f"{prefix}/{key}", value, step)
+
+    def log_metrics(self, row: dict[str, Any], step: int) -> None:
+        self.scalars(step, {k: v for k, v in row.items() if k.startswith("val_")}, "val")
+
+    def log_train(self, values: dict[str, Any], step: int) -> None:
+        self.scalars(step, values, "train")
+
+    def finish(self, status: str) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+            self.writer = None
