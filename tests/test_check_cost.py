@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
     torch.randn(3, requires_grad=True) * 2,
 ])
 def test_all_finite_agrees_with_isfinite(t):
-    from torchwise.diagnose.watch import all_finite
+    from torchwise.diagnose.tensors import all_finite
     assert all_finite(t) == bool(torch.isfinite(t).all())
 
 

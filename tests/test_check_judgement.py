@@ -213,10 +213,10 @@ def test_console_scripts_are_never_the_line_a_finding_is_about_and_classes_are_n
     import sysconfig
 
     from torchwise.diagnose.checks.losses import class_label
-    from torchwise.diagnose.watch import _is_user_file
+    from torchwise.diagnose.user_code import is_user_file
 
     script = os.path.join(sysconfig.get_paths()["scripts"], "torchwise")
-    assert not _is_user_file(script)
-    assert _is_user_file(__file__)
+    assert not is_user_file(script)
+    assert is_user_file(__file__)
     assert class_label(1, ["cat", "dog"]) == "class 1 ('dog')"
     assert class_label(1, None) == "class 1" and class_label(1, ["0", "1"]) == "class 1"

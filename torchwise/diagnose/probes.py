@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from torchwise.diagnose.watch import _is_user_file as is_user_file, user_where
+from torchwise.diagnose.user_code import is_user_file, user_where
 
 # Epoch-counting schedulers, and the number of their steps after which the schedule has done
 # its work (one decay, the last milestone, half a cosine, a 100x decay): stepped per batch with a

@@ -19,6 +19,7 @@ from torch import nn
 
 
 LIMIT = 8  # more different sample shapes than this, and benchmark mode searches more than it saves
+SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes the checker remembers (it needs LIMIT + 1 to judge)
 
 
 class ShapeWatch:

@@ -46,12 +46,9 @@ targets, loss_fn)` (works on a copy). Measured cost of the Trainer path: bench/b
 from __future__ import annotations
 
 import contextlib
-import inspect
-import math
 import os
 import statistics
 import sys
-import sysconfig
 import threading as _threading
 import time
 import warnings as _warnings
@@ -65,39 +62,17 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from torchwise.diagnose.catalog import Finding
-from torchwise.diagnose.checks import losses as _losses_checks, model as _model_checks, optim as _optim_checks
-from torchwise.diagnose.shape_watch import sample_shape_key
-
-
-def _quiet():
-    """Our own tensor operations inside hooks must not go through our TorchFunctionMode."""
-    return torch._C.DisableTorchFunction()
+from torchwise.diagnose.checks import accumulation, followed, step_record, symmetry
+from torchwise.diagnose.checks import model as _model_checks
+from torchwise.diagnose.shape_watch import SAMPLE_SHAPES_KEPT, sample_shape_key
+from torchwise.diagnose.tensors import all_finite, autocast_dtype, compiling, quiet
+from torchwise.diagnose.user_code import called_by_torchwise, user_where, where_defined
 
 
 _NULL_SCOPE = contextlib.nullcontext()  # reusable: entering it twice is fine
 IDLE_FORWARDS = 2_000  # model forwards with no optimizer step after which a checked script is stopped
 SWALLOWED_STOPS = 200   # StopScript raises a script may swallow (a bare except:) before check ends it itself
 STRICT_ENV = "TORCHWISE_CHECK_STRICT"  # "1": a detector's own failure fails the check (tests, the corpus)
-
-
-_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
-
-
-def _compiling() -> bool:
-    """Inside torch.compile's, torch.export's or torch.jit.trace's tracing our hooks must do nothing: the
-    tracer would try to trace them, and a forward made to trace a model is not training or evaluation."""
-    return torch.compiler.is_compiling() or _is_exporting() or torch.jit.is_tracing()
-
-
-def all_finite(t: torch.Tensor) -> bool:
-    """Whether every value of `t` is finite. A sum is finite only if every value is (NaN and inf propagate;
-    +inf and -inf make NaN), and on the CPU it is tens of times faster than isfinite(t).all(), which builds
-    a bool tensor as large as t; only a sum that overflowed (or found a NaN/inf) is looked at value by value."""
-    if not t.is_floating_point():
-        return not t.is_complex() or bool(torch.isfinite(t).all())
-    if t.numel() == 0:
-        return True
-    return math.isfinite(t.detach().sum().item()) or bool(torch.isfinite(t).all())
 
 
 def _unserializable(fn):
@@ -108,7 +83,6 @@ NONFINITE_HUNT_STEPS = 50
 # NaN from the start), and again from the first non-finite loss or module output on (the next forwards)
 OP_HUNT_STEPS = 10  # deep steps after the first nan/inf loss, looking for the module that makes it
 TRAIN_REPEAT_PROBE = 5000  # training rows over which the chance of a repeated sample is measured
-SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes remembered (cudnn-benchmark-varying-shapes needs 9)
 
 
 class StopScript(BaseException):
@@ -117,111 +91,6 @@ class StopScript(BaseException):
     A BaseException, so that the script's own `except Exception:` blocks do not swallow it. A bare
     `except:` does; so once the stop is asked for, every hook raises it again (Watcher._raise_stop).
     """
-
-
-# --------------------------------------------------------------------------- user frames
-
-def _library_dirs() -> tuple[str, ...]:
-    dirs = {os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    # "scripts": console scripts (.venv/bin/torchwise) are entry points, never the line a finding is about
-    for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts"):
-        try:
-            dirs.add(sysconfig.get_paths()[key])
-        except KeyError:
-            pass
-    for p in sys.path:
-        if p.endswith(("site-packages", "dist-packages")):
-            dirs.add(p)
-    return tuple(sorted(os.path.realpath(d) + os.sep for d in dirs if d))
-
-
-_LIB_DIRS = _library_dirs()
-_USER_CACHE: dict[str, bool] = {}
-
-
-def _is_user_file(filename: str) -> bool:
-    hit = _USER_CACHE.get(filename)
-    if hit is None:
-        if filename.startswith("<"):
-            hit = False
-        else:
-            real = os.path.realpath(filename)
-            hit = not real.startswith(_LIB_DIRS)
-        _USER_CACHE[filename] = hit
-    return hit
-
-
-def show_path(filename: str) -> str:
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
-
-
-def user_where(skip: int = 1) -> str | None:
-    """'file.py:LINE' of the innermost frame that belongs to the user's code (not torch, not us)."""
-    frame = sys._getframe(skip)
-    while frame is not None:
-        if _is_user_file(frame.f_code.co_filename):
-            return f"{show_path(frame.f_code.co_filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
-
-
-def where_defined(obj: Any) -> str | None:
-    """'file.py:LINE' where a class (its __init__) or function is defined, if it is user code.
-
-    Works for classes defined in a script run as __main__ under runpy, where inspect cannot find
-    the source module: the line comes from the code object of one of the class's functions.
-    """
-    if inspect.isclass(obj):
-        funcs = [obj.__dict__.get(n) for n in ("__init__", "forward")] + list(vars(obj).values())
-        func = next((f for f in funcs if inspect.isfunction(f)), None)
-        if func is None:
-            return None
-    elif inspect.isfunction(obj) or inspect.ismethod(obj):
-        func = obj
-    else:
-        return where_defined(type(obj))
-    code = getattr(func, "__code__", None)
-    if code is None or not _is_user_file(code.co_filename):
-        return None
-    return f"{show_path(code.co_filename)}:{code.co_firstlineno}"
-
-
-_TORCH_DIR = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
-_OWN_PACKAGE = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-_THIS_FILE = os.path.realpath(os.path.abspath(__file__))
-_CALLER_CACHE: dict[str, str] = {}
-
-
-def _called_by_torchwise(skip: int = 1) -> bool:
-    """Whether the innermost caller that is neither torch nor this file belongs to torchwise itself:
-    a forward made by the Trainer's loop (or lr-find), not by the script it watches."""
-    frame = sys._getframe(skip)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        kind = _CALLER_CACHE.get(name)
-        if kind is None:
-            real = os.path.realpath(name) if not name.startswith("<") else name
-            kind = ("skip" if real == _THIS_FILE or real.startswith(_TORCH_DIR) else
-                    "own" if real.startswith(_OWN_PACKAGE) else "other")
-            _CALLER_CACHE[name] = kind
-        if kind != "skip":
-            return kind == "own"
-        frame = frame.f_back
-    return False
-
-
-def autocast_dtype(device_type: str) -> torch.dtype | None:
-    """The dtype autocast casts to on `device_type` right now, or None when autocast is off there."""
-    try:
-        if not torch.is_autocast_enabled(device_type):  # per device type since torch 2.4, our minimum
-            return None
-        return torch.get_autocast_dtype(device_type)
-    except RuntimeError:  # a device type autocast does not know (meta)
-        return None
 
 
 # --------------------------------------------------------------------------- records
@@ -446,11 +315,11 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         w = self.w
-        if not self.active or _compiling():  # (dynamo must not trace the warnings swap)
+        if not self.active or compiling():  # (dynamo must not trace the warnings swap)
             return func(*args, **kwargs)
         if w.manual_watch and func in _INPLACE_FUNCS:
             w.note_manual_update(args)
-        if not (w._deep or w._loss_scope):
+        if not (w.is_deep or w.in_loss_scope):
             return _call_torch(func, args, kwargs)
         out = _call_torch(func, args, kwargs)
         if w.op_hunt or (w.check_mode and w.nonfinite_op is None and func in _NAN_PRONE):
@@ -459,17 +328,17 @@ class _Mode(TorchFunctionMode):
             kind = _LOSS_KINDS.get(func)
             if kind is not None and len(args) >= 2:
                 w.on_loss(kind, func, args[0], args[1], kwargs, out, len(args))
-            elif func in _RELU_FUNCS and w._deep:
+            elif func in _RELU_FUNCS and w.is_deep:
                 w.on_relu_func(args[0] if args else None, out)
             elif w.bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
                 w.on_accumulate(args, out)
             elif w.followed or func in _TOKEN_FUNCS:  # model outputs -> their max/topk values -> a comparison
                 # with labels; token ids encoded for a model (a language model's), even before its first output
-                _losses_checks.follow(w, func, args, out)
+                followed.follow(w, func, args, out)
             if not w.optimizers:  # before any step, where a parameter is written is where it is initialized
                 param = args[0] if args else kwargs.get("tensor")  # nn.init.* pass it by keyword
                 if isinstance(param, nn.Parameter):
-                    _model_checks.note_param_write(w, func, param)
+                    symmetry.note_param_write(w, func, param)
         except Exception as exc:  # a checker must never break the user's program
             w.internal_error("function mode", exc)
         return out
@@ -542,6 +411,10 @@ class OutputTap:
         self._tw_stream = stream
         self._tw_watcher = watcher
         self._tw_on = True
+
+    def stop_recording(self) -> None:
+        """Keep passing writes on, but record none: the script is over (a logging handler may still write)."""
+        self._tw_on = False
 
     def write(self, text):
         n = self._tw_stream.write(text)
@@ -662,6 +535,8 @@ class Watcher:
         self.param_init_where: dict[int, str | None] = {}
         self.graph_uses: list[dict] = []
         self.symmetry: dict[str, Any] = {"scanned": set(), "done": set(), "cands": {}}
+        self.tokens_rows = followed.TokensAndRows()  # the task's evidence: token ids encoded, outputs indexed by rows
+        self.judgement: dict | None = None  # the optimizer steps' shared record (checks/step_record.jstate)
         self.accum: dict[int, dict] | None = None               # per optimizer; only with the backward patch
         # phases and data
         self._phase: str | None = None
@@ -786,10 +661,15 @@ class Watcher:
             from torchwise.diagnose.probes import CallProbes
             self.calls = CallProbes(self)
             self.calls.install()
-            self._mode = _Mode(self)
-            self._mode.__enter__()
+            self.enter_function_mode()
         self._set_deep(True)
         return self
+
+    def enter_function_mode(self) -> None:
+        """Enter the TorchFunctionMode that sees functional losses, relu and accumulation (global mode, or a
+        user's own loop under watch(model)); detach() leaves it."""
+        self._mode = _Mode(self)
+        self._mode.__enter__()
 
     def detach(self) -> None:
         """Remove every hook and patch. Findings stay available."""
@@ -837,6 +717,16 @@ class Watcher:
         self._phase = name
         if self.driven:
             self._sync_driven_hooks()
+
+    @property
+    def phase_now(self) -> str | None:
+        """What phase() last said the loop does ('train', 'eval'), or None when nothing said it."""
+        return self._phase
+
+    @property
+    def in_loss_scope(self) -> bool:
+        """Whether the loop is inside loss_scope() now (functional losses are inspected there)."""
+        return self._loss_scope
 
     def loss_scope(self):
         """Wrap the loss computation: functional losses inside are inspected in deep steps."""
@@ -1033,7 +923,7 @@ class Watcher:
         stack = self._stack
         if stack and stack[-1] is module:
             stack.pop()
-        if stack and isinstance(module, _model_checks.SYM_LAYERS):
+        if stack and isinstance(module, symmetry.SYM_LAYERS):
             self.last_layer[id(stack[0])] = id(module)
         elif not stack and id(module) in self.roots:
             _model_checks.on_root_output(self, module, out)
@@ -1054,19 +944,19 @@ class Watcher:
 
     # Hooks never break the user's program: a checker bug loses evidence, not the training run.
     def _mod_pre(self, module, args):
-        if _compiling() or (not self._global and id(module) not in self._local_ids):
+        if compiling() or (not self._global and id(module) not in self._local_ids):
             return
         try:
-            with _quiet():
+            with quiet():
                 self._mod_pre_impl(module, args)
         except Exception as exc:
             self.internal_error("module forward pre-hook", exc)
 
     def _mod_post(self, module, args, out):
-        if _compiling() or (not self._global and id(module) not in self._local_ids):
+        if compiling() or (not self._global and id(module) not in self._local_ids):
             return
         try:
-            with _quiet():
+            with quiet():
                 self._mod_post_impl(module, args, out)
         except Exception as exc:
             self.internal_error("module forward hook", exc)
@@ -1076,11 +966,11 @@ class Watcher:
             self._root_pre(module, args)
 
     def _root_pre(self, module, args):
-        if _compiling():
+        if compiling():
             return
         self.maybe_stop()
         try:
-            with _quiet():
+            with quiet():
                 self._root_pre_impl(module, args)
         except Exception as exc:
             self.internal_error("model forward pre-hook", exc)
@@ -1090,11 +980,11 @@ class Watcher:
                               "that does not end)")
 
     def _on_step_pre(self, opt, args=(), kwargs=None):
-        if _compiling():
+        if compiling():
             return
         self.maybe_stop()
         try:
-            with _quiet():
+            with quiet():
                 self._on_step_pre_impl(opt, args, kwargs)
         except Exception as exc:
             self.internal_error("optimizer step pre-hook", exc)
@@ -1114,7 +1004,7 @@ class Watcher:
         if info is None:
             return
         if self._deep and self.accum is not None:
-            _optim_checks.note_root_input(self, module, args)  # new input values: a new batch (get_batch())
+            step_record.note_root_input(self, module, args)  # new input values: a new batch (get_batch())
         if info.lazy:
             info.lazy = any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters())
             if info.lazy or not self.steps:
@@ -1181,7 +1071,7 @@ class Watcher:
         shapes = st["shapes"]
         key = sample_shape_key(args) or (tuple(x.shape[1:]),)  # x: the first tensor of a list argument
         if key not in shapes:
-            if len(shapes) >= SAMPLE_SHAPES_KEPT or _called_by_torchwise(2):
+            if len(shapes) >= SAMPLE_SHAPES_KEPT or called_by_torchwise(2):
                 return  # enough known; or the Trainer's own loop, which switches benchmark off by itself
             shapes[key] = self.steps
             if st["where"] is None:
@@ -1259,7 +1149,7 @@ class Watcher:
         if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         if isinstance(out, torch.Tensor):
-            _losses_checks.remember(self.loss_outs, out, "loss")
+            followed.remember(self.loss_outs, out, "loss")
             if out.dim() == 0 and kwargs.get("reduction", "mean") == "mean" and npos == 2 and \
                     kwargs.get("size_average") is None and kwargs.get("reduce") is None:
                 self._mean_loss_outs[id(out)] = weakref.ref(out)
@@ -1294,10 +1184,10 @@ class Watcher:
         def backward(tensors, *args, **kwargs):
             watcher.maybe_stop()
             try:
-                with _quiet():
+                with quiet():
                     watcher.on_backward(tensors)
-                    if watcher._deep:
-                        _optim_checks.accum_on_backward(watcher, tensors)
+                    if watcher.is_deep:
+                        accumulation.accum_on_backward(watcher, tensors)
             except Exception as exc:
                 watcher.internal_error("backward patch", exc)
             return original(tensors, *args, **kwargs)
@@ -1517,7 +1407,7 @@ class Watcher:
             self.step_where = user_where()
         self._verdict_grad_clearing(opt)
         if self.accum is not None:
-            _optim_checks.accum_on_step(self, opt)
+            accumulation.accum_on_step(self, opt)
         if self._pending_evalmode_train is not None:
             self._hit("train-mode-missing", where=self._pending_evalmode_train)
             self._pending_evalmode_train = None
@@ -1534,7 +1424,7 @@ class Watcher:
             return
         if self._deep and self.snap is not None:
             try:
-                with _quiet():
+                with quiet():
                     from torchwise.diagnose.checks import optim
                     optim.inspect_step_post(self, opt)
             except Exception as exc:
@@ -1542,7 +1432,7 @@ class Watcher:
         # driven: the loop clears gradients itself, and the tensor hooks would outlive the deep step
         if self._deep and self.zero_sample and not self.driven:
             try:
-                with _quiet():
+                with quiet():
                     self._watch_grad_clearing(self.zero_sample)
             except Exception as exc:
                 self.internal_error("zero_grad watch", exc)
@@ -1568,7 +1458,7 @@ class Watcher:
                 self.first_nonfinite_loss_step is None and self.nonfinite_culprit is None:
             self.op_hunt = False
         if self._deep and self._bw_refs:
-            with _quiet():
+            with quiet():
                 self._check_retained_losses()
         want = self._want_deep()
         if want != self._deep:
@@ -1661,7 +1551,7 @@ class Watcher:
                     any(r.has_mode_layers for r in self.roots.values()):
                 self._hit("eval-mode-missing", where=info.where_train_mode_fwd)
             from torchwise.diagnose.checks import data
-            with _quiet():
+            with quiet():
                 data.check_val_augmentation(self, info)
 
     # ------------------------------------------------------------------ results
@@ -1718,8 +1608,7 @@ def watch(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | Non
         # a user's own loop: losses and backward are only visible through the global patches
         w.patch_backward()
         w.patch_dataloader()
-        w._mode = _Mode(w)
-        w._mode.__enter__()
+        w.enter_function_mode()
     try:
         yield w
     finally:

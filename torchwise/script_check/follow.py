@@ -32,11 +32,11 @@ def _spawn_wrap():
 
 
 def _is_user_target(target: Any) -> bool:
-    from torchwise.diagnose.watch import _is_user_file
+    from torchwise.diagnose.user_code import is_user_file
     if target is _spawn_wrap():
         return True
     code = getattr(target, "__code__", None) or getattr(getattr(target, "__func__", None), "__code__", None)
-    return code is not None and _is_user_file(code.co_filename)
+    return code is not None and is_user_file(code.co_filename)
 
 
 class _Worker:

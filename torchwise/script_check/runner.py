@@ -80,11 +80,11 @@ class RunResult:
 
 
 def _exit_where(exc: BaseException) -> str | None:
-    from torchwise.diagnose.watch import _is_user_file, show_path
+    from torchwise.diagnose.user_code import is_user_file, show_path
     where = None
     tb = exc.__traceback__
     while tb is not None:
-        if _is_user_file(tb.tb_frame.f_code.co_filename):
+        if is_user_file(tb.tb_frame.f_code.co_filename):
             where = f"{show_path(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
         tb = tb.tb_next
     return where
@@ -105,7 +105,7 @@ def _tap_output(watcher) -> list:
 
 def _untap_output(taps: list) -> None:
     for name, tap, stream in taps:
-        tap._tw_on = False  # a stream the script kept (a logging handler) still writes through, unrecorded
+        tap.stop_recording()  # a stream the script kept (a logging handler) still writes through, unrecorded
         if getattr(sys, name, None) is tap:  # the script's own replacement stays, as it would without check
             setattr(sys, name, stream)
 

@@ -6,6 +6,13 @@
     data.py    loaders and batches: validation augmentation, overlap, shuffling, samplers, speed, BatchNorm,
                input shapes that change under cudnn.benchmark
     calls.py   library calls (diagnose/probes.py): LR schedulers, gradient clipping, GradScaler, DDP sampling
+
+Shared by the families above (each imports only these, never another family):
+
+    step_record.py   the optimizer steps' record: update sizes, step order, model inputs, the loss summary
+    followed.py      tensors followed from the models' outputs: accuracy comparisons, token ids, row masks
+    symmetry.py      symmetric-init's evidence (deep steps) and its decision
+    accumulation.py  accumulation-unscaled's evidence (the backward patch) and its decision
 """
 from __future__ import annotations
 
@@ -23,9 +30,10 @@ def _families():
 
 
 def decide_all(w) -> list[Finding]:
+    from torchwise.diagnose.checks.step_record import loss_summary
     fam = _families()
     try:
-        ls = fam["optim"].loss_summary(w)
+        ls = loss_summary(w)
     except Exception as exc:  # a detector's failure is the checker's bug: counted and shown, never the script's
         w.internal_error("loss summary", exc)
         ls = {"n": 0, "first_bad": None, "first_bad_step": None, "finite": [], "learned": False}

@@ -193,14 +193,14 @@ def _overlap(w) -> list[Finding]:
 
 # One input shared by index masks (transductive learning: one forward over the whole graph, the loss on
 # out[idx_train], evaluation on out[idx_val]): the same input rows are in every forward by design, and
-# overlap is a matter of the output rows each side uses (losses.shared_input_masks).
+# overlap is a matter of the output rows each side uses (followed.shared_input_masks).
 
 def _masked_verdicts(w) -> dict:
     """Per output row count N: did an evaluation use rows held out of the training loss's rows (a real
     validation mask)? If not, and some evaluated row set reaches beyond the training rows while
     overlapping them (idx_val that starts inside idx_train, or every node), that is overlap. Evaluating
     exactly the training rows (training accuracy) alone is not judged here."""
-    from torchwise.diagnose.checks.losses import shared_input_masks
+    from torchwise.diagnose.checks.followed import shared_input_masks
     verdicts = {}
     for n, rec in shared_input_masks(w).items():
         train, held_out, best = rec["train"], False, None
@@ -300,7 +300,7 @@ def _cudnn_benchmark(w) -> list[Finding]:
     shapes = st["shapes"]
     if w.driven or len(shapes) <= LIMIT:
         return []  # driven: the Trainer switches benchmark off by itself when the shapes vary
-    from torchwise.diagnose.watch import SAMPLE_SHAPES_KEPT
+    from torchwise.diagnose.shape_watch import SAMPLE_SHAPES_KEPT
     n = f"{len(shapes)}+" if len(shapes) >= SAMPLE_SHAPES_KEPT else str(len(shapes))
     examples = [show_shape(k) for k in list(shapes)[:4]]
     steps = list(shapes.values())[:LIMIT + 1]

@@ -13,17 +13,16 @@ The task is judged from what the script does, not from names:
   are Zipfian by nature: neither is an output/label mismatch or an imbalance to weight.
 * one input shared by index masks (transductive graph learning: model(features, adj) over the whole
   graph, the loss on out[idx_train], evaluation on out[idx_val]) is recognised from the row indices
-  the model output is indexed with (`follow` below); data.py judges train/val overlap on those rows.
+  the model output is indexed with (followed.py); data.py judges train/val overlap on those rows.
 """
 from __future__ import annotations
 
 import math
-import weakref
 
 import torch
-from torch.nn import functional as F
 
 from torchwise.diagnose.catalog import CATALOG, Finding
+from torchwise.diagnose.checks.followed import count_hit, decide_values_compared, note_train_rows
 
 _IGNORE_DEFAULT = -100
 _LM_MIN_VOCAB = 100        # a flattened (B, T, C) output over at least this many classes reads as a vocabulary
@@ -31,17 +30,8 @@ _RECENT_CALLS = 10         # the last checked loss calls whose predictions tell 
 
 
 def _all_finite(t: torch.Tensor) -> bool:
-    from torchwise.diagnose.watch import all_finite
+    from torchwise.diagnose.tensors import all_finite
     return all_finite(t)
-
-
-def _count(w, key: str, hit: bool, where: str | None, info: dict | None = None) -> None:
-    w.hits[key + ":n"] = w.hits.get(key + ":n", 0) + 1
-    if hit:
-        w.hits[key] = w.hits.get(key, 0) + 1
-        w.hit_where.setdefault(key, where)
-        if info:
-            w.hit_info.setdefault(key, {}).update(info)
 
 
 # autograd nodes that only move, pick or cast values: a sigmoid's output seen through them is still one
@@ -81,7 +71,7 @@ def origin(t: torch.Tensor) -> str | None:
 
 def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict, where: str | None,
             made_by: str | None = None) -> None:
-    _note_train_rows(w, inp)
+    note_train_rows(w, inp)
     if kind in ("ce", "nll"):
         _inspect_classification(w, kind, inp, target, kwargs, where)
     elif kind in ("bcelogits", "bce"):
@@ -126,31 +116,31 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
     cdim = 1 if inp.dim() >= 2 else 0
     C = int(inp.shape[cdim])
     if C == 1:
-        _count(w, "wrong-loss-for-task", True, where, {"reason": "ce-one-output"})
+        count_hit(w, "wrong-loss-for-task", True, where, {"reason": "ce-one-output"})
         return
     x = inp.float()
     form = _input_form(x, cdim, inp.dtype in (torch.float16, torch.bfloat16))
     probs_like = form is not None and form != "logprobs"
     loss = "cross_entropy" if kind == "ce" else "nll_loss"
-    _count(w, "softmax-before-loss", probs_like, where, {"loss": loss, "form": form, "shape": list(inp.shape)})
+    count_hit(w, "softmax-before-loss", probs_like, where, {"loss": loss, "form": form, "shape": list(inp.shape)})
     wrong = False
     if kind == "ce":
-        _count(w, "log-softmax-into-cross-entropy", form == "logprobs", where)
+        count_hit(w, "log-softmax-into-cross-entropy", form == "logprobs", where)
     elif not probs_like and form != "logprobs" and bool(x.max() > 1e-4):
         wrong = True
-        _count(w, "wrong-loss-for-task", True, where, {"reason": "nll-raw-logits"})
+        count_hit(w, "wrong-loss-for-task", True, where, {"reason": "nll-raw-logits"})
     if target.is_floating_point():
         if target.shape == inp.shape:
             t = target.float()
             ok = bool(t.min() >= 0) and bool((t.sum(cdim) - 1).abs().max() < 1e-3)
             if not ok:
-                _count(w, "wrong-loss-for-task", True, where, {"reason": "ce-real-targets"})
+                count_hit(w, "wrong-loss-for-task", True, where, {"reason": "ce-real-targets"})
                 return
         if not wrong:
-            _count(w, "wrong-loss-for-task", False, where)
+            count_hit(w, "wrong-loss-for-task", False, where)
         return
     if not wrong:
-        _count(w, "wrong-loss-for-task", False, where)
+        count_hit(w, "wrong-loss-for-task", False, where)
     ignore = kwargs.get("ignore_index", _IGNORE_DEFAULT)
     labels = target.flatten()
     labels = labels[labels != ignore]
@@ -187,7 +177,7 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
 
 def _looks_like_lm(w, inp, labels, C) -> bool:
     """Targets that are token ids: next-token prediction over a vocabulary (see the module doc)."""
-    tok = getattr(w, "_tw_tokens", {}).get(C)  # sequences of token ids encoded over a vocabulary as large as the output
+    tok = w.tokens_rows.tokens.get(C)  # sequences of token ids encoded over a vocabulary as large as the output
     if tok is not None and tok["step"] == w.steps:
         return True
     if C >= _LM_MIN_VOCAB:
@@ -205,12 +195,12 @@ def _inspect_binary(w, kind, inp, target, kwargs, where, made_by=None) -> None:
     # judged by where the input came from, not by its values: logits that happen to lie in (0, 1) are
     # logits; a sigmoid's output is a probability whatever its values
     if kind == "bcelogits":
-        _count(w, "double-sigmoid", made_by in ("sigmoid", "sigmoid-sigmoid"), where)
+        count_hit(w, "double-sigmoid", made_by in ("sigmoid", "sigmoid-sigmoid"), where)
     else:  # binary_cross_entropy wants one sigmoid: two are the same mistake
-        _count(w, "double-sigmoid~bce", made_by == "sigmoid-sigmoid", where)
+        count_hit(w, "double-sigmoid~bce", made_by == "sigmoid-sigmoid", where)
     t = target.float()
     if bool(t.min() < 0) or bool(t.max() > 1):
-        _count(w, "wrong-loss-for-task", True, where, {"reason": "bce-targets-not-01",
+        count_hit(w, "wrong-loss-for-task", True, where, {"reason": "bce-targets-not-01",
                                                        "target_max": float(t.max())})
         return
     b = w.bin
@@ -235,19 +225,19 @@ def _inspect_regression(w, inp, target, where) -> None:
     except RuntimeError:
         expanded = False
     if expanded:
-        _count(w, "wrong-loss-for-task", True, where, {"reason": "broadcast", "input_shape": list(inp.shape),
+        count_hit(w, "wrong-loss-for-task", True, where, {"reason": "broadcast", "input_shape": list(inp.shape),
                                                        "target_shape": list(target.shape)})
         return
     integral = bool((t == t.round()).all()) and bool(t.min() >= 0)
     if not integral:
-        _count(w, "wrong-loss-for-task", False, where)
+        count_hit(w, "wrong-loss-for-task", False, where)
         return
     distinct = int(torch.unique(t).numel())
     onehot = t.dim() == 2 and t.shape[1] >= 2 and bool((t.sum(1) == 1).all()) and bool(t.max() <= 1)
     # one value for the whole batch (a least-squares GAN's real/fake target, a fixed goal) says nothing of
     # class labels: labels of a batch take several values
     labels = 2 <= distinct <= 20 and (inp.shape[-1] == 1 or inp.dim() == 1)
-    _count(w, "wrong-loss-for-task", bool(onehot or labels), where,
+    count_hit(w, "wrong-loss-for-task", bool(onehot or labels), where,
            {"reason": "regression-on-classes", "distinct_targets": distinct, "one_hot": onehot})
 
 
@@ -454,230 +444,3 @@ def _imbalance_finding(where, msg, evidence, rare: str, said: int, had: int, cal
                               f"when the metric follows them (accuracy, calibrated probabilities){seen}. Weights or "
                               "balanced sampling matter when the rare class is what counts (recall, F1, balanced "
                               "accuracy).")
-
-
-# --------------------------------------------------------------------------- accuracy: values vs indices
-# The TorchFunctionMode follows a model's output through max/topk over a dim; the first result of
-# those is the values (scores), the second the indices (classes). Comparing the values with integer
-# labels is the `pred, _ = torch.max(out, 1)` slip.
-
-_VALUE_FUNCS = {torch.max, torch.Tensor.max, torch.topk, torch.Tensor.topk}
-_EQ_FUNCS = {torch.eq, torch.ne, torch.Tensor.eq, torch.Tensor.ne, torch.Tensor.__eq__, torch.Tensor.__ne__}
-# what keeps a followed tensor the same numbers (out.data, out.detach().cpu(), values.squeeze(), ...)
-_SAME_FUNCS = {torch.Tensor.detach, torch.Tensor.cpu, torch.Tensor.to, torch.Tensor.float, torch.Tensor.clone,
-               torch.Tensor.view, torch.Tensor.reshape, torch.Tensor.squeeze, torch.Tensor.flatten,
-               torch.Tensor.view_as, torch.squeeze, torch.flatten, torch.reshape,
-               F.softmax, F.log_softmax, torch.softmax, torch.log_softmax, torch.Tensor.softmax,
-               torch.Tensor.log_softmax}
-_DATA = torch._C.TensorBase.__dict__.get("data")
-
-
-def remember(table: dict, t: torch.Tensor, kind: str) -> None:
-    """Remember a tensor weakly by id (bounded; a dead tensor whose id was reused fails the weakref test)."""
-    table[id(t)] = (weakref.ref(t), kind)
-    if len(table) > 64:
-        for k in list(table)[:32]:
-            del table[k]
-
-
-def recall(table: dict, t) -> str | None:
-    ent = table.get(id(t))
-    return ent[1] if ent is not None and ent[0]() is t else None
-
-
-def follow(w, func, args: tuple, out) -> None:
-    """One function call in a deep step while model outputs are followed (watch._Mode)."""
-    if not args or not isinstance(args[0], torch.Tensor):
-        return
-    if func in _EQ_FUNCS:
-        if len(args) >= 2 and isinstance(args[1], torch.Tensor):
-            for vals, labels in ((args[0], args[1]), (args[1], args[0])):
-                if recall(w.followed, vals) == "values" and vals.is_floating_point() and labels.numel() >= 2 \
-                        and not labels.is_floating_point() and not labels.is_complex() and labels.dtype != torch.bool:
-                    _values_compared(w, vals, labels)
-                    return
-        return
-    if func in _EMBEDDING_FUNCS:
-        _note_tokens(w, args[0], args[1] if len(args) >= 2 else None)
-        return
-    if func is _ONE_HOT:
-        n = args[1] if len(args) >= 2 else -1
-        _note_tokens(w, args[0], n if isinstance(n, int) and n > 0 else None)
-        return
-    if func is _GETITEM and isinstance(args[0], torch.nn.Parameter) and len(args) >= 2 \
-            and isinstance(args[1], torch.Tensor):
-        _note_tokens(w, args[1], args[0])  # a table indexed by token ids: emb = C[X]
-        return
-    kind = recall(w.followed, args[0])
-    if kind is None:
-        return
-    if func in _VALUE_FUNCS:
-        if kind == "out" and isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor):
-            remember(w.followed, out[0], "values")  # a tuple: max/topk over a dim (values, indices)
-            if isinstance(out[1], torch.Tensor):
-                remember(w.followed, out[1], "pred")
-    elif func in _ARGMAX_FUNCS:
-        if kind == "out" and isinstance(out, torch.Tensor):
-            remember(w.followed, out, "pred")
-    elif func is _GETITEM:
-        if kind in ("out", "pred") and isinstance(out, torch.Tensor) and len(args) >= 2:
-            _note_rows(w, args[0], args[1], out, kind)
-    elif (func in _SAME_FUNCS or getattr(func, "__self__", None) is _DATA) and isinstance(out, torch.Tensor) \
-            and out is not args[0]:
-        remember(w.followed, out, kind)
-        sub = _rows_of(w, args[0])
-        if sub is not None:
-            _remember_rows(w, out, *sub)
-
-
-# --------------------------------------------------------------------------- tokens and row masks
-# Evidence of the task, gathered while model outputs are followed (deep steps):
-# * the step of the last encoding of token-id sequences per vocabulary size (w._tw_tokens): nn.Embedding,
-#   F.one_hot or a table indexed by ids; a vocabulary as large as the output makes the targets tokens;
-# * model outputs indexed by rows, out[idx] (w._tw_rows_of): a training loss on out[idx_train] and an
-#   evaluation on out[idx_val] of one full-input forward (transductive learning) are judged on their rows.
-
-_EMBEDDING_FUNCS = {F.embedding}
-_ONE_HOT = F.one_hot
-_ARGMAX_FUNCS = {torch.argmax, torch.Tensor.argmax}
-_GETITEM = torch.Tensor.__getitem__
-_MAX_MASKS = 256
-
-
-def _note_tokens(w, ids: torch.Tensor, weight) -> None:
-    """Token ids encoded for the model (nn.Embedding, F.one_hot, a table indexed by ids), per vocabulary size.
-    Only sequences count (two dims > 1: (B, T) or (T, B)): a (B,) lookup is a label embedding (a conditional
-    GAN's), not text."""
-    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
-        V = int(weight.shape[0])
-    elif isinstance(weight, int):
-        V = weight
-    else:
-        return
-    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dtype == torch.bool \
-            or sum(s > 1 for s in ids.shape) < 2:
-        return
-    table = getattr(w, "_tw_tokens", None)
-    if table is None:
-        table = w._tw_tokens = {}
-    if len(table) < 16 or V in table:  # token and position embeddings have their own sizes
-        table[V] = {"step": w.steps}
-
-
-def masks_of(w) -> dict:
-    m = getattr(w, "_tw_masks", None)
-    if m is None:
-        m = w._tw_masks = {"sets": {}, "train": {}, "eval": {}}
-    return m
-
-
-def _row_index(t: torch.Tensor, idx) -> frozenset | None:
-    """The rows of t that t[idx] selects, when idx picks whole rows with a 1-D index or mask tensor."""
-    if isinstance(idx, tuple):
-        if not idx or any(i is not Ellipsis and not (isinstance(i, slice) and i == slice(None)) for i in idx[1:]):
-            return None
-        idx = idx[0]
-    if not isinstance(idx, torch.Tensor) or idx.dim() != 1 or t.dim() < 1 or idx.is_floating_point() \
-            or idx.is_complex():
-        return None
-    n = int(t.shape[0])
-    if idx.dtype == torch.bool:
-        if idx.numel() != n:
-            return None
-        rows = idx.nonzero().flatten()
-    else:
-        rows = idx.long() % max(n, 1)
-    if rows.numel() == 0 or rows.numel() > 200_000:
-        return None
-    return frozenset(rows.cpu().tolist())
-
-
-def _note_rows(w, t: torch.Tensor, idx, out: torch.Tensor, kind: str) -> None:
-    rows = _row_index(t, idx)
-    if rows is None:
-        return
-    m = masks_of(w)
-    key = (len(rows), hash(rows))
-    if key not in m["sets"]:
-        if len(m["sets"]) >= _MAX_MASKS:
-            return
-        m["sets"][key] = rows
-    n = int(t.shape[0])
-    remember(w.followed, out, kind)  # out[idx] is followed like out: accuracy on a subset is checked too
-    _remember_rows(w, out, key, n)
-    if (not torch.is_grad_enabled() or w._phase == "eval") and w.steps > 0:  # step 0: a baseline
-        m["eval"].setdefault(n, {}).setdefault(w.steps, set()).add(key)
-        if "where" not in m:
-            from torchwise.diagnose.watch import user_where
-            m["where"] = user_where()
-
-
-def _remember_rows(w, t: torch.Tensor, key, n: int) -> None:
-    table = getattr(w, "_tw_rows_of", None)
-    if table is None:
-        table = w._tw_rows_of = {}
-    table[id(t)] = (weakref.ref(t), key, n)
-    if len(table) > 64:
-        for k in list(table)[:32]:
-            del table[k]
-
-
-def _rows_of(w, t: torch.Tensor):
-    ent = getattr(w, "_tw_rows_of", {}).get(id(t))
-    return (ent[1], ent[2]) if ent is not None and ent[0]() is t else None
-
-
-def _note_train_rows(w, inp: torch.Tensor) -> None:
-    """A training loss: is its input rows of a model output (out[idx_train])? inp is a detached alias."""
-    table = getattr(w, "_tw_rows_of", None)
-    if not table:
-        return
-    ptr, shape = inp.data_ptr(), inp.shape
-    for ref, key, n in list(table.values()):
-        t = ref()
-        if t is not None and t.shape == shape and t.data_ptr() == ptr:
-            masks_of(w)["train"].setdefault(n, set()).add(key)
-            return
-
-
-def shared_input_masks(w) -> dict:
-    """Per row count N of a model output indexed by masks: the training-loss rows and, per evaluation
-    step, the row sets evaluated. data.py uses it to judge train/val overlap on rows, not inputs."""
-    m = getattr(w, "_tw_masks", None)
-    if not m:
-        return {}
-    found = {}
-    for n, train_keys in m["train"].items():
-        train = set().union(*(m["sets"][k] for k in train_keys))
-        evals = m["eval"].get(n)
-        if not evals:
-            continue
-        found[n] = {"train": train, "eval": {s: [m["sets"][k] for k in keys] for s, keys in evals.items()},
-                    "where": m.get("where")}
-    return found
-
-
-def _values_compared(w, vals: torch.Tensor, labels: torch.Tensor) -> None:
-    with torch.no_grad():
-        v, y = vals.detach().reshape(-1), labels.detach().reshape(-1)
-        info = {"compared": int(y.numel()), "example_value": round(float(v[0]), 4), "example_label": int(y[0])}
-        if v.numel() == y.numel():
-            info["equal"] = int((v.to(y.device) == y).sum())
-    from torchwise.diagnose.watch import user_where
-    if "compare-values-not-indices" not in w.hits:
-        w.hit_info["compare-values-not-indices"] = info  # the first comparison's numbers
-    _count(w, "compare-values-not-indices", True, user_where())
-
-
-def decide_values_compared(w) -> list[Finding]:
-    n = w.hits.get("compare-values-not-indices", 0)
-    if not n:
-        return []
-    info = w.hit_info.get("compare-values-not-indices", {})
-    equal = f" ({info['equal']} of {info['compared']} equal)" if "equal" in info else ""
-    return [Finding("compare-values-not-indices", where=w.hit_where.get("compare-values-not-indices"),
-                    message=f"{n} comparison(s) matched integer labels against the values of max/topk over the "
-                            f"model's output, not the indices: e.g. score {info.get('example_value')} against label "
-                            f"{info.get('example_label')}, over {info.get('compared')} samples{equal}. The accuracy "
-                            "computed from it says nothing about the model.",
-                    evidence={"comparisons": n} | info)]

@@ -5,12 +5,10 @@ import math
 import weakref
 
 import torch
-from torch import nn
 
 from torchwise.diagnose.catalog import Finding
-
-SYM_LAYERS = (nn.Linear, nn.modules.conv._ConvNd)
-
+from torchwise.diagnose.checks import step_record
+from torchwise.diagnose.checks.symmetry import decide_symmetry
 
 def _container_of(root_module, module) -> str | None:
     """Name of the plain list/dict/tuple attribute of the root (or a submodule) that holds `module`."""
@@ -27,7 +25,7 @@ def _container_of(root_module, module) -> str | None:
 
 
 def decide(w, ls: dict) -> list[Finding]:
-    from torchwise.diagnose.watch import where_defined
+    from torchwise.diagnose.user_code import where_defined
     out: list[Finding] = []
     h = w.hits
     if h.get("eval-mode-missing"):
@@ -113,7 +111,7 @@ def decide(w, ls: dict) -> list[Finding]:
                                        f"{RELU_WINDOW} samples each; {len(fr)} checked).",
                                evidence={"dead_fraction": fr[-1], "units": rec["units"], "checks": len(fr)}))
             break
-    out.extend(_decide_symmetry(w))
+    out.extend(decide_symmetry(w))
     out.extend(_decide_graph_uses(w))
     # non-finite values
     ni = w.nonfinite_input
@@ -152,93 +150,6 @@ def decide(w, ls: dict) -> list[Finding]:
     return out
 
 
-# --------------------------------------------------------------------------- symmetric-init
-
-def note_param_write(w, func, param) -> None:
-    """A function called on a parameter before the first optimizer step (watch._Mode): where an
-    in-place write (nn.init.*, zero_, fill_, ...) happens is where the parameter got its start values."""
-    name = getattr(func, "__name__", "") or ""
-    if (name.endswith("_") and not name.endswith("__")) or getattr(func, "__module__", None) == "torch.nn.init":
-        from torchwise.diagnose.watch import user_where
-        w.param_init_where[id(param)] = user_where()
-
-
-def _units(m) -> torch.Tensor:
-    """One row per output unit: its weights, then its bias."""
-    rows = m.weight.detach().flatten(1).float()
-    if m.bias is not None:
-        rows = torch.cat([rows, m.bias.detach().float().unsqueeze(1)], 1)
-    return rows
-
-
-def _all_units_equal(m) -> bool:
-    # equal up to rounding: units that get the same updates can differ in the last bits (different
-    # kernels for different output columns), while random units differ at the scale of the weights
-    with torch.no_grad():
-        rows = _units(m)
-        if float((rows[1] - rows[0]).abs().max()) > 1e-4 * float(rows[:2].abs().max()):
-            return False  # the common case, for the cost of two rows
-        return float((rows - rows[:1]).abs().max()) <= 1e-4 * float(rows.abs().max())
-
-
-def inspect_symmetry(w) -> None:
-    """Deep optimizer steps: hidden layers whose units are all equal, and whether they still are.
-
-    A layer is looked at once, at the first deep step after its weights are in an optimizer (normally
-    step 0, before any update); the model's last layer is left out (a zero-initialized head is fine:
-    the targets make its units different at the first step)."""
-    sym = w.symmetry
-    for rid, info in w.roots.items():
-        if rid in sym["done"]:
-            continue
-        # (a transposed convolution's units lie along dim 1 of its weight: left out)
-        layers = [m for m in info.module.modules() if isinstance(m, SYM_LAYERS) and not getattr(m, "transposed", False)]
-        last = w.last_layer.get(rid, id(layers[-1]) if layers else None)
-        done = True
-        for m in layers:
-            if id(m) in sym["scanned"] or id(m) == last or m.weight.shape[0] < 2 or not m.weight.requires_grad:
-                continue
-            if id(m.weight) not in w.opt_param_ids or m.weight.grad is None:
-                done = False  # its optimizer has not stepped yet, or it is not used (yet): no update can break it
-                continue
-            sym["scanned"].add(id(m))
-            if _all_units_equal(m):
-                sym["cands"][id(m)] = {"ref": weakref.ref(m), "name": w.module_name(m), "units": m.weight.shape[0],
-                                       "value": float(m.weight.detach().flatten()[0]), "start": w.steps,
-                                       "last": w.steps, "broken": False,
-                                       "where": w.param_init_where.get(id(m.weight)) or w.step_where}
-        if done:
-            sym["done"].add(rid)
-    _recheck_symmetry(w)
-
-
-def _recheck_symmetry(w) -> None:
-    for rec in w.symmetry["cands"].values():
-        m = rec["ref"]()
-        if m is not None and not rec["broken"] and w.steps > rec["last"]:
-            if _all_units_equal(m):
-                rec["last"] = w.steps
-            else:
-                rec["broken"] = True
-
-
-def _decide_symmetry(w) -> list[Finding]:
-    # once more now: driven by the Trainer, deep steps after the first few are rare; the
-    # candidates are few (none in a randomly initialized model), so this costs nothing
-    _recheck_symmetry(w)
-    stuck = [r for r in w.symmetry["cands"].values() if not r["broken"] and r["last"] - r["start"] >= 3]
-    if not stuck:
-        return []
-    r = stuck[0]
-    others = f" The same holds for {', '.join(x['name'] for x in stuck[1:4])}." if len(stuck) > 1 else ""
-    return [Finding("symmetric-init", where=r["where"],
-                    message=f"All {r['units']} units of {r['name']} had the same weights and bias at step "
-                            f"{r['start']} (first weight {r['value']:.4g}) and were still identical "
-                            f"{r['last'] - r['start']} optimizer steps later: the layer works as one unit.{others}",
-                    evidence={"layer": r["name"], "units": r["units"], "steps_still_identical": r["last"] - r["start"],
-                              "layers": len(stuck)})]
-
-
 # --------------------------------------------------------------------------- eval-without-no-grad
 
 def _out_tensors(out, depth: int = 0) -> list:
@@ -258,9 +169,8 @@ def _out_tensors(out, depth: int = 0) -> list:
 def on_root_output(w, module, out) -> None:
     """A watched model's forward has returned (deep steps). Its output is followed for the accuracy check;
     with gradients on, a hook on its graph tells whether any backward() ever reaches it."""
-    from torchwise.diagnose.checks import optim as _optim
-    from torchwise.diagnose.checks.losses import remember
-    _optim.note_root_output(w, module, out)
+    from torchwise.diagnose.checks.followed import remember
+    step_record.note_root_output(w, module, out)
     tensors = _out_tensors(out)
     for t in tensors[:1]:
         if t.is_floating_point() and t.dim() >= 1:
@@ -270,7 +180,7 @@ def on_root_output(w, module, out) -> None:
     nodes = [t.grad_fn for t in tensors if t.grad_fn is not None]
     if not nodes:
         return  # nothing requires grad (a frozen model): no graph is kept
-    from torchwise.diagnose.watch import user_where
+    from torchwise.diagnose.user_code import user_where
     flag = [False]  # the hook holds only this: no reference cycle through the graph's nodes
 
     def reached(grad_outputs, flag=flag):
@@ -285,8 +195,7 @@ def on_root_output(w, module, out) -> None:
 def settle_graph_uses(w) -> None:
     """After each optimizer step: a forward whose graph no backward() reached within 2 steps never will
     (a GAN's generator output is reached one optimizer step later, by the generator's backward)."""
-    from torchwise.diagnose.checks import optim as _optim
-    fed_keys = _optim.jstate(w).get("fed_keys", set())
+    fed_keys = step_record.jstate(w).get("fed_keys", set())
     keep = []
     for rec in w.graph_uses:
         if not rec["reached"][0] and w.steps - rec["step"] < 2:
@@ -350,18 +259,17 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
     """loss-not-decreasing, or why it cannot be judged. A verdict needs a clear absence of progress
     relative to the loss's noise, or enough of the run seen (to its end, or two whole epochs): a few
     hundred steps of a long first epoch hold a slow start as well as a failure."""
-    from torchwise.diagnose.checks import optim as _optim
     flags = getattr(w, "lr_flags", {})
     if ls.get("first") is None or ls["n"] < 30 or ls["first_bad"] is not None or any(flags.values()):
         return [], None
-    adv = _optim.adversarial_pair(w)
+    adv = step_record.adversarial_pair(w)
     if adv is not None:
         return [], (f"two optimizers ({adv['optimizers'][0]}, {adv['optimizers'][1]}) over separate models step "
                     "in turn" + (", one model's output feeding the other" if adv["fed"] else "") +
                     ": an adversarial pair (a GAN), whose losses pull against each other and need not decrease")
     C = w.cls.get("C")
     chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
-    curves = {oid: c for oid, c in _optim.loss_curves(w, ls).items() if len(c) >= 30}
+    curves = {oid: c for oid, c in step_record.loss_curves(w, ls).items() if len(c) >= 30}
     names = {id(o): type(o).__name__ for o in w.optimizers}
     if len(curves) >= 2:  # judged per optimizer: each has its own loss
         series = [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())]
@@ -406,9 +314,8 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
 
 def undecided(w) -> dict[str, str]:
     """Detectors of this module that could not judge this run, and why (for the coverage report)."""
-    from torchwise.diagnose.checks import optim as _optim
     out: dict[str, str] = {}
-    _, why = _judge_loss(w, _optim.loss_summary(w))
+    _, why = _judge_loss(w, step_record.loss_summary(w))
     if why:
         out["loss-not-decreasing"] = why
     few = [r for r in w.relu.values() if len(r["fractions"]) < 3]
@@ -430,7 +337,7 @@ def record_relu(w, key, out: torch.Tensor, label: str) -> None:
     counts as dead only if it is 0 on every sample of every batch of the window."""
     if not torch.is_grad_enabled() or out.dim() < 2:
         return
-    from torchwise.diagnose.watch import user_where
+    from torchwise.diagnose.user_code import user_where
     with torch.no_grad():
         pos = out > 0
         if out.dim() == 2:
@@ -462,8 +369,7 @@ def accumulation_retains(w, args: tuple, out) -> bool:
     earlier step is retention."""
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         return False
-    from torchwise.diagnose.checks import optim as _optim
-    totals = _optim.jstate(w).setdefault("totals", {})
+    totals = step_record.jstate(w).setdefault("totals", {})
     flat = []
     for a in args:
         flat.extend(a if isinstance(a, (list, tuple)) else [a])

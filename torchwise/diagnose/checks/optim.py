@@ -6,6 +6,9 @@ import math
 import torch
 
 from torchwise.diagnose.catalog import Finding
+from torchwise.diagnose.checks.accumulation import decide_accumulation
+from torchwise.diagnose.checks.step_record import TYPICAL_LR, adversarial_pair, jstate, median, opt_kind
+from torchwise.diagnose.checks.symmetry import inspect_symmetry
 
 _SNAP_LIMIT = 20_000_000  # elements copied to measure the update size; larger models: the biggest tensors
 
@@ -59,8 +62,7 @@ def inspect_step_pre(w, opt) -> None:
             snap.append((p, p.detach().clone()))
             budget -= p.numel()
     w.snap = snap
-    from torchwise.diagnose.checks import model
-    model.inspect_symmetry(w)
+    inspect_symmetry(w)
 
 
 def _embedding_ids(w) -> set[int]:
@@ -93,170 +95,7 @@ def inspect_step_post(w, opt) -> None:
     j["opt_info"][id(opt)] = {"kind": opt_kind(opt), "lr": max(lrs) if lrs else None, "name": type(opt).__name__}
 
 
-def _median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if xs else float("nan")
-
-
-def loss_summary(w) -> dict:
-    vals = w.loss_values()
-    finite = [v for v in vals if math.isfinite(v)]
-    first_bad = next((i for i, v in enumerate(vals) if not math.isfinite(v)), None)
-    head = vals[:first_bad] if first_bad is not None else vals
-    s = {"n": len(vals), "first_bad": first_bad, "first_bad_step": w.loss_steps[first_bad] if first_bad is not None else None}
-    if len(head) >= 10:
-        s["initial"] = sorted(head[:3])[1]
-        k = max(3, len(head) // 10)
-        s["first"] = sum(head[:k]) / k
-        tail = head[-max(3, len(head) // 4):]
-        s["last"] = sum(tail) / len(tail)
-        s["max"] = max(head)
-    s["finite"] = finite
-    s["vals"] = vals
-    # a classification loss far below chance level means the model has learned: a flat curve then is
-    # convergence (or fine-tuning a trained model), not a failure to learn
-    C = w.cls.get("C")
-    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
-    s["learned"] = bool(chance and s.get("last") is not None and s["last"] < 0.5 * chance)
-    return s
-
-
-# --------------------------------------------------------------------------- judgement state
-# Evidence gathered by this module's own functions (watch.py calls them): per-optimizer update sizes,
-# the order optimizers step in, which losses each step consumed, the inputs of the models' forwards.
-
-_ADAPTIVE = {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam",
-             "Adafactor", "Lion", "Lamb", "LAMB", "AdaBelief", "Adan", "Sophia", "SophiaG"}
-# an lr at which each kind of optimizer usually trains; what its updates would be there tells whether
-# a tiny update comes from the lr or from the gradients
-_TYPICAL_LR = {"adaptive": 1e-3, "sgd": 0.05}
-
-
-def jstate(w) -> dict:
-    j = w.__dict__.get("_judgement")
-    if j is None:
-        j = w.__dict__["_judgement"] = {
-            "upd": {}, "opt_info": {}, "seq": [], "marks": [], "pending": [], "inputs_seen": 0,
-            "out_ptrs": {}, "feeds": set(), "opt_roots": {}, "undecided": {}, "exploding": None}
-    return j
-
-
-def opt_kind(opt) -> str:
-    """'adaptive' (the update's size does not follow the gradient's: Adam, RMSprop, Adagrad, ...),
-    'sgd', or 'other'."""
-    names = {c.__name__ for c in type(opt).__mro__}
-    if names & _ADAPTIVE:
-        return "adaptive"
-    if "SGD" in names:
-        return "sgd"
-    g = opt.param_groups[0] if opt.param_groups else {}
-    if "betas" in g or ("eps" in g and ("alpha" in g or "lr_decay" in g)):
-        return "adaptive"
-    return "other"
-
-
-def opt_param_ids(opt) -> set[int]:
-    return {id(p) for g in opt.param_groups for p in g["params"]}
-
-
-def _roots_of(w, opt) -> set[int]:
-    j = jstate(w)
-    key = id(opt)
-    ids = opt_param_ids(opt)
-    cached = j["opt_roots"].get(key)
-    if cached is not None and cached[0] == (len(ids), len(w.roots)):
-        return cached[1]
-    roots = {rid for rid, info in w.roots.items() if ids & set(info.param_names)}
-    j["opt_roots"][key] = ((len(ids), len(w.roots)), roots)
-    return roots
-
-
-def note_root_input(w, module, args) -> None:
-    """A watched model's forward starts (watch.py: Watcher._root_pre_impl, deep steps): its first input
-    tensor, as a fingerprint of its values, and whether it is another model's output (a GAN's fake)."""
-    if not w._deep or not torch.is_grad_enabled():
-        return
-    x = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if x is None and args and isinstance(args[0], (tuple, list)):
-        x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
-    if x is None or x.numel() == 0:
-        return
-    j = jstate(w)
-    src = j["out_ptrs"].get((x.data_ptr(), x.numel()))
-    fed = src is not None and src != id(module)
-    if fed:
-        j["feeds"].add((src, id(module)))
-        fk = j.setdefault("fed_keys", set())
-        if len(fk) < 4096:
-            fk.add((x.data_ptr(), x.numel()))
-    with torch.no_grad():
-        flat = x.detach().reshape(-1)
-        n = flat.numel()
-        idx = torch.linspace(0, n - 1, steps=min(n, 64), device=flat.device).long()
-        fp = hash((tuple(x.shape), tuple(flat[idx].float().tolist())))
-    j["inputs_seen"] += 1
-    pend = j["pending"]
-    pend.append((id(module), fp, fed, tuple(x.shape[1:])))
-    del pend[:-64]
-
-
-def note_root_output(w, module, out) -> None:
-    """Where a model's output lives, to recognise it as another model's input (model.on_root_output)."""
-    t = out if isinstance(out, torch.Tensor) else None
-    if t is None and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        t = out[0]
-    if t is None:
-        return
-    ptrs = jstate(w)["out_ptrs"]
-    ptrs[(t.data_ptr(), t.numel())] = id(module)
-    if len(ptrs) > 32:
-        for k in list(ptrs)[:16]:
-            del ptrs[k]
-
-
-def adversarial_pair(w) -> dict | None:
-    """Two optimizers over disjoint parameters that step alternately, one's model feeding the other's
-    (a GAN): their losses pull against each other, and one of them is meant to rise."""
-    opts = list(w.optimizers)
-    if len(opts) < 2:
-        return None
-    j = jstate(w)
-    seq = j["seq"]
-    counts = {}
-    for o in seq:
-        counts[o] = counts.get(o, 0) + 1
-    for a in range(len(opts)):
-        for b in range(a + 1, len(opts)):
-            oa, ob = opts[a], opts[b]
-            if counts.get(id(oa), 0) < 3 or counts.get(id(ob), 0) < 3:
-                continue
-            if opt_param_ids(oa) & opt_param_ids(ob):
-                continue
-            pair = [o for o in seq if o in (id(oa), id(ob))]
-            switches = sum(1 for x, y in zip(pair, pair[1:]) if x != y)
-            if switches < 0.5 * min(counts[id(oa)], counts[id(ob)]):
-                continue  # one trained after the other, not against it
-            ra, rb = _roots_of(w, oa), _roots_of(w, ob)
-            fed = any((s in ra and d in rb) or (s in rb and d in ra) for s, d in j["feeds"])
-            if fed or not j["inputs_seen"]:
-                return {"optimizers": (type(oa).__name__, type(ob).__name__), "fed": fed}
-    return None
-
-
-def loss_curves(w, ls: dict) -> dict[int, list[float]]:
-    """Per optimizer, the mean of the losses each of its steps consumed (the backward() calls since the
-    previous step of any optimizer)."""
-    vals = ls.get("vals") or []
-    marks = jstate(w)["marks"]
-    curves: dict[int, list[float]] = {}
-    prev = 0
-    for oid, n in marks:
-        window = [v for v in vals[prev:n]]
-        prev = n
-        if window:
-            curves.setdefault(oid, []).append(sum(window) / len(window))
-    return curves
-
+# --------------------------------------------------------------------------- learning rate, gradients
 
 def _lr_low_evidence(w) -> dict | None:
     """An optimizer whose updates are tiny because of its lr: tiny now, and healthy at a usual lr for its
@@ -269,10 +108,10 @@ def _lr_low_evidence(w) -> dict | None:
         info = j["opt_info"].get(oid) or {}
         if len(rs) < 3 or not info.get("lr"):
             continue
-        r = _median(rs)
+        r = median(rs)
         if r >= 1e-4:
             continue
-        typical = _TYPICAL_LR.get(info["kind"])
+        typical = TYPICAL_LR.get(info["kind"])
         if typical is None:  # an optimizer we do not know: the size alone, as before
             at_typical, typical = float("nan"), float("nan")
         else:
@@ -306,9 +145,9 @@ def _exploding_evidence(w, ls: dict, recs: list, *, diverged: bool, went_bad: bo
         if math.isfinite(v):
             loss_at[step] = max(loss_at.get(step, 0.0), abs(v))
     per_loss = [r["max_rel"] / max(1.0, loss_at.get(r["step"], 1.0)) for r in recs]
-    med_rel = _median([r["max_rel"] for r in recs])
+    med_rel = median([r["max_rel"] for r in recs])
     peak = max(r["max_rel"] for r in recs)
-    med_pl, peak_pl = _median(per_loss), max(per_loss)
+    med_pl, peak_pl = median(per_loss), max(per_loss)
     peak_total = max(r["total_norm"] for r in recs)
     peak_total_pl = max(r["total_norm"] / max(1.0, loss_at.get(r["step"], 1.0)) for r in recs)
     nonfinite = sum(not r["finite"] for r in w.grad_records)
@@ -357,9 +196,9 @@ def decide(w, ls: dict) -> list[Finding]:
     j = jstate(w)
     adv = adversarial_pair(w)
     ratios = [r for _, r in w.update_ratios if math.isfinite(r)]
-    med = _median(ratios) if ratios else None
+    med = median(ratios) if ratios else None
     early = ratios[: max(1, len(ratios) // 3)]
-    early_med = _median(early) if early else None
+    early_med = median(early) if early else None
     diverged = False
     # a rising loss is a symptom, except in an adversarial pair, where one loss rises by design
     if ls.get("first") is not None and ls["last"] > 1.5 * ls["initial"] and adv is None:
@@ -413,7 +252,7 @@ def decide(w, ls: dict) -> list[Finding]:
                                          "nonfinite_gradient_steps": ex["nonfinite"]}))
         deep = [r for r in recs if r.get("n_mats", 0) >= 4 and r["last_rel"] > 0 and math.isfinite(r["first_rel"])]
         if len(deep) >= 3:
-            q = _median([r["first_rel"] / r["last_rel"] for r in deep])
+            q = median([r["first_rel"] / r["last_rel"] for r in deep])
             # Adam & co. rescale each weight's gradient by its own size: a small first-layer gradient still
             # moves the first layer by ~lr, so the ratio alone is no harm there
             if q < 1e-3 and kinds and kinds <= {"adaptive"}:
@@ -427,102 +266,9 @@ def decide(w, ls: dict) -> list[Finding]:
                                            f"{deep[0]['n_mats']} weight matrices).",
                                    evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
     w.lr_flags = {"high": lr_high, "low": lr_low, "exploding": exploding}
-    out.extend(_decide_accumulation(w))
+    out.extend(decide_accumulation(w))
     out.extend(_decide_autocast(w))
     return out
-
-
-# --------------------------------------------------------------------------- accumulation-unscaled
-# Only where torch.autograd.backward is patched (torchwise check, torchwise.watch): that sees the
-# tensor really passed to backward(). Per optimizer, a window is the backward() calls whose gradients
-# its next step() uses: since its previous step, restarted whenever its gradients were cleared
-# (so a GAN's generator backward, which also reaches the discriminator, is not counted for the
-# discriminator's step after D.zero_grad()).
-
-def accum_on_backward(w, tensors) -> None:
-    loss = tensors if isinstance(tensors, torch.Tensor) else (
-        tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
-    if not isinstance(loss, torch.Tensor) or not w.accum:
-        return
-    from torchwise.diagnose.checks.losses import recall
-    from torchwise.diagnose.watch import user_where
-    p = w.cur_pass
-    batch = (p.index, p.n_batches) if p is not None and not p.closed else None
-    raw = recall(w.loss_outs, loss) == "loss"  # the loss function's own output, not divided by anything
-    j = jstate(w)
-    pending, j["pending"] = j["pending"], []  # the models' forwards since the previous backward()
-    opts = {id(o): o for o in w.optimizers}
-    for oid, st in w.accum.items():
-        sample = st["sample"]() if st["sample"] is not None else None
-        if sample is None:
-            continue
-        g = sample.grad
-        if g is None or not bool(g.any()):  # cleared since: a new window
-            st.update(n=0, raw=0, new=0, batch=None, mixed=False, fps=set(), shapes=set())
-        st["n"] += 1
-        st["raw"] += raw
-        if batch is not None:
-            # a loader's batch: new when the loader moved on (a GAN's real and fake halves share one)
-            st["new"] += batch != st["batch"]
-            # batches of two loaders in one step (multi-task, zip(loader_a, loader_b)) are one combined batch
-            st["mixed"] = st["mixed"] or (st["batch"] is not None and batch[0] != st["batch"][0])
-        elif j["inputs_seen"] and oid in opts:
-            # no loader (get_batch() slicing a tensor or a memmap): new when this optimizer's models got
-            # inputs not seen in this window; another model's output (a GAN's fake) is no new batch
-            mine = _roots_of(w, opts[oid])
-            data = [(fp, shape) for rid, fp, fed, shape in pending if rid in mine and not fed]
-            fps = st.setdefault("fps", set())
-            shapes = st.setdefault("shapes", set())
-            if data and not any(fp in fps for fp, _ in data):
-                st["new"] += 1
-            fps.update(fp for fp, _ in data)
-            shapes.update(shape for _, shape in data)
-            st["mixed"] = st["mixed"] or len(shapes) > 1  # different kinds of input: different tasks
-        st["batch"] = batch
-        if st["n"] == 1:
-            st["where"] = user_where()
-
-
-def accum_on_step(w, opt) -> None:
-    """Every step() of an optimizer: judge the window that ends here (deep steps), start the next one."""
-    import weakref
-    j = jstate(w)
-    if len(j["seq"]) < 100_000:
-        j["seq"].append(id(opt))
-        j["marks"].append((id(opt), len(w.losses)))
-    st = w.accum.get(id(opt))
-    if st is None:
-        st = w.accum[id(opt)] = {"sample": None, "n": 0, "raw": 0, "new": 0, "batch": None, "mixed": False,
-                                 "where": None, "fps": set(), "shapes": set()}
-    elif w._deep and st["sample"] is not None and st["n"] and (w.cur_pass is not None or j["inputs_seen"]):
-        w.hits["accumulation-unscaled:n"] = w.hits.get("accumulation-unscaled:n", 0) + 1
-        k = st["n"]
-        if k >= 2 and st["raw"] == k and st["new"] == k and not st["mixed"]:
-            w.hits["accumulation-unscaled"] = w.hits.get("accumulation-unscaled", 0) + 1
-            w.hit_where.setdefault("accumulation-unscaled", st["where"])
-            w.hit_info.setdefault("accumulation-unscaled", {"k": []})["k"].append(k)
-    st.update(n=0, raw=0, new=0, batch=None, mixed=False, fps=set(), shapes=set())
-    sample = st["sample"]() if st["sample"] is not None else None
-    if sample is None or sample.grad is None:
-        # a small parameter with a non-zero gradient now tells later whether the gradients were cleared
-        cands = sorted((p for g in opt.param_groups for p in g["params"] if p.grad is not None),
-                       key=lambda t: t.numel())[:3]
-        sample = next((p for p in cands if bool(p.grad.any())), None)
-        st["sample"] = weakref.ref(sample) if sample is not None else None
-
-
-def _decide_accumulation(w) -> list[Finding]:
-    hits, checked = w.hits.get("accumulation-unscaled", 0), w.hits.get("accumulation-unscaled:n", 0)
-    if hits < 2 or hits < 0.5 * checked:
-        return []
-    ks = w.hit_info["accumulation-unscaled"]["k"]
-    k = _median(ks)
-    return [Finding("accumulation-unscaled", where=w.hit_where.get("accumulation-unscaled"),
-                    message=f"At {hits} of {checked} checked optimizer steps, step() used the gradients summed over "
-                            f"{k} backward() calls on {k} different batches, each on the loss function's output "
-                            f"as is (not divided by {k}): the update is {k}x the mean gradient's, as with a {k}x "
-                            "larger learning rate.",
-                    evidence={"batches_per_step": k, "steps": hits, "steps_checked": checked})]
 
 
 # --------------------------------------------------------------------------- backward-in-autocast
