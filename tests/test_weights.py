@@ -95,3 +95,14 @@ def test_missing_file_and_non_weights_file(tmp_path):
     torch.save([1, 2, 3], tmp_path / "list.pt")
     with pytest.raises(CheckpointError, match="holds no state dict"):
         torchwise.load_state_dict(tmp_path / "list.pt")
+
+
+def test_a_leading_model_holder_is_dropped_only_where_it_makes_keys_fit(tmp_path):
+    model = small()
+    torch.save({"state_dict": {"model." + k: v for k, v in model.state_dict().items()}}, tmp_path / "held.pt")
+    fresh = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 2))
+    assert_same(torchwise.load_model(tmp_path / "held.pt", fresh), model)
+    holder = nn.Module()
+    holder.model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 2))  # its own attribute `model`
+    torchwise.load_model(tmp_path / "held.pt", holder)
+    assert_same(holder.model, model)

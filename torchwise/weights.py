@@ -8,7 +8,8 @@ file is refused with what is wrong with it instead of a library's traceback.
 Wrappers: DDP/DataParallel put their model under `module`, torch.compile under `_orig_mod`, FSDP
 and activation checkpointing under their own attributes. Saving drops those segments by the
 wrapper's type, never by name, so a user's own attribute called `module` (EMA models, wrappers)
-is kept; loading renames a file's keys only where that makes them fit the target model.
+is kept; loading renames a file's keys only where that makes them fit the target model (a leading
+`model.` of a training module that held the network, a LightningModule's say, is one such rename).
 """
 from __future__ import annotations
 
@@ -74,11 +75,17 @@ def clean_key_names(model: nn.Module) -> dict[str, str]:
     return {_drop_segments(k, paths): k for k in model.state_dict()}
 
 
+# The attribute a training module commonly holds the network under (a LightningModule's self.model,
+# timm's and others' checkpoint dicts): a leading segment of that name may be dropped like a wrapper's.
+HOLDER_ATTRS = ("model",)
+
+
 def _unwrapped_candidates(key: str, limit: int = 6):
-    """`key` with wrapper-named segments removed, fewest removals first (a file from a wrapped model
-    we know nothing about: only the target's keys can tell which `module` a wrapper added)."""
+    """`key` with wrapper-named segments (and a leading holder) removed, fewest removals first (a file
+    from a wrapped model we know nothing about: only the target's keys can tell which `module` a
+    wrapper added)."""
     parts = key.split(".")
-    spots = [i for i, p in enumerate(parts[:-1]) if p in WRAPPER_ATTRS][:limit]
+    spots = [i for i, p in enumerate(parts[:-1]) if p in WRAPPER_ATTRS or (i == 0 and p in HOLDER_ATTRS)][:limit]
     for n in range(1, len(spots) + 1):
         for drop in itertools.combinations(spots, n):
             yield ".".join(p for i, p in enumerate(parts) if i not in drop)
@@ -357,7 +364,7 @@ def apply_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor], *, sou
                 "missing in file": _short_list(missing),
                 "unexpected in file": _short_list(unexpected),
                 "shape mismatches": _short_list(shape_mismatch),
-                "likely cause": _likely_cause(missing, unexpected, shape_mismatch),
+                "likely cause": likely_cause(missing, unexpected, shape_mismatch),
             },
             fix="Build the model with the same architecture and number of classes as when the weights were "
             "saved; to load a backbone only (transfer learning) use strict=False and replace the head.",
@@ -379,7 +386,7 @@ def _short_list(items: list[str], limit: int = 8) -> str:
     return shown + (f" ... and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _likely_cause(missing: list[str], unexpected: list[str], shapes: list[str]) -> str:
+def likely_cause(missing: list[str], unexpected: list[str], shapes: list[str]) -> str:
     if shapes and not missing and not unexpected:
         return "same architecture, different sizes (e.g. another number of classes or input channels)"
     if missing and unexpected and len(missing) == len(unexpected):
