@@ -36,6 +36,7 @@ from typing import Any, Callable
 import torch
 
 from torchwise.errors import TorchwiseError
+from torchwise.train.batches import split_parts
 from torchwise.train.failures import is_compile_failure, is_oom
 
 MODES = ("adapt", "raise")
@@ -64,25 +65,9 @@ def remedies(micro_batch: int | None, accumulate: int | None) -> str:
             "`torchwise memory --find-batch-size` the largest batch that fits.")
 
 
-def split_parts(obj: Any, parts: int) -> list[Any] | None:
-    if isinstance(obj, torch.Tensor):
-        return list(torch.tensor_split(obj, parts)) if obj.ndim else None
-    if isinstance(obj, (list, tuple)):
-        pieces = [split_parts(o, parts) for o in obj]
-        if any(p is None for p in pieces):
-            return None
-        return [type(obj)(p[i] for p in pieces) for i in range(parts)]
-    if isinstance(obj, dict):
-        pieces = {k: split_parts(v, parts) for k, v in obj.items()}
-        if any(p is None for p in pieces.values()):
-            return None
-        return [{k: v[i] for k, v in pieces.items()} for i in range(parts)]
-    return None
-
-
 def split_micro_batches(micro: list[tuple[tuple[Any, ...], Any, int]], parts: int) -> list | None:
     """Each (inputs, target, n) into `parts` pieces along the batch dimension; None if impossible."""
-    from torchwise.train.batches import batch_size_of
+    from torchwise.train.contract import StepContract
 
     out = []
     for inputs, target, n in micro:
@@ -93,7 +78,7 @@ def split_micro_batches(micro: list[tuple[tuple[Any, ...], Any, int]], parts: in
         ins, tgts = split_parts(inputs, k), split_parts(target, k)
         if ins is None or tgts is None:
             return None
-        out += [(i, t, batch_size_of(t)) for i, t in zip(ins, tgts)]
+        out += [(i, t, StepContract.size(i, t)) for i, t in zip(ins, tgts)]
     return out
 
 
