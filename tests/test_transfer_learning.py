@@ -18,7 +18,7 @@ from torch import nn
 
 from torchwise.errors import CheckpointError, TorchwiseError
 from torchwise.models import (backbone_parameters, build_model, check_model_name, classification_head,
-                              head_parameters, model_from_run, param_groups)
+                              head_parameters, model_from_run, param_groups, timm_input)
 
 pytest.importorskip("timm")
 
@@ -69,6 +69,17 @@ def test_timm_backbone_is_loaded_bit_for_bit_and_the_head_skipped_and_said(name,
     assert_backbone_is_the_file(model, state, (head,))
     assert f"{head}weight: file (1000, " in said(log) and f"{head}bias: file (1000,), model (5,)" in said(log)
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 5)
+
+
+@pytest.mark.filterwarnings("ignore:The default weight initialization of GoogleNet")
+def test_auxiliary_classifiers_are_skipped_with_the_head(tmp_path):
+    """googlenet's aux1/aux2 map to classes too: shaped for 1000 in the file, for the task's in the model."""
+    path, state = imagenet_file(tmp_path, "googlenet")
+    log: list[str] = []
+    model = build_model("googlenet", 5, weights=str(path), log=log.append)
+    assert model.aux1.fc2.out_features == 5 and "the head's 6 skipped" in said(log)
+    assert "aux2.fc2.weight: file (1000, 1024), model (5, 1024)" in said(log)
+    assert torch.equal(model.aux1.fc1.weight, state["aux1.fc1.weight"])
 
 
 def test_a_file_whose_head_already_fits_is_loaded_whole(tmp_path):
@@ -147,11 +158,19 @@ def test_timm_names_are_checked_with_did_you_mean_and_never_fetched():
         build_model("timm:hf-hub:timm/resnet18.a1_in1k", 5)
 
 
+def test_timm_input_is_what_the_pretrained_weights_were_trained_with():
+    assert timm_input("timm:vit_tiny_patch16_224") == (224, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
+    side, mean, _ = timm_input("timm:resnet18")
+    assert side == 224 and mean == pytest.approx([0.485, 0.456, 0.406])
+
+
 def test_a_missing_timm_is_named_with_the_package_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "timm", None)  # what an environment without timm gives: ImportError
     with pytest.raises(TorchwiseError, match="needs the timm package") as info:
         build_model("timm:resnet18", 5)
     assert "pip install timm" in info.value.fix
+    with pytest.raises(TorchwiseError, match="needs the timm package"):
+        timm_input("timm:resnet18")
 
 
 @pytest.mark.parametrize("name, head", [("timm:convnext_atto", "head.fc"), ("resnet18", "fc"),

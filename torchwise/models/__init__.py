@@ -27,10 +27,11 @@ from torchwise.models.factory import build_model, model_from_run, read_meta
 from torchwise.models.finetune import backbone_parameters, freeze_backbone, head_parameters, param_groups
 from torchwise.models.heads import classification_head, head_modules, replace_head
 from torchwise.models.input_channels import adapt_first_conv
-from torchwise.models.names import TIMM_PREFIX, check_model_name, model_family, timm_architecture, torchvision_names
+from torchwise.models.names import (TIMM_PREFIX, check_model_name, model_family, timm_architecture, timm_input,
+                                   torchvision_names)
 from torchwise.models.pretrained import PretrainedLoad, load_pretrained
 
 __all__ = ["BUILTIN", "MLP", "SmallCNN", "build_model", "model_from_run", "read_meta", "backbone_parameters",
            "freeze_backbone", "head_parameters", "param_groups", "classification_head", "head_modules",
            "replace_head", "adapt_first_conv", "TIMM_PREFIX", "check_model_name", "model_family",
-           "timm_architecture", "torchvision_names", "PretrainedLoad", "load_pretrained"]
+           "timm_architecture", "timm_input", "torchvision_names", "PretrainedLoad", "load_pretrained"]

@@ -86,3 +86,17 @@ def unknown_model(name: str) -> TorchwiseError:
     return TorchwiseError("Unknown model name.", values=values,
                           fix=(f"use --model {guess[0]}" if guess else "use one of the names listed")
                           + ", 'timm:NAME' for a timm model, or 'package.module:function' for your own model")
+
+
+def timm_input(name: str) -> tuple[int, list[float], list[float]]:
+    """(square input side, mean, std) a `timm:NAME` model's pretrained weights were trained with (from
+    timm's registry: no model is built, nothing is read or fetched); ImageNet's at 224 where timm
+    records none. ViTs need this side (their position embeddings are sized for it); many use 0.5/0.5."""
+    arch = timm_architecture(name)  # first: a missing timm is said in our words
+    import timm.models
+
+    cfg = timm.models.get_pretrained_cfg(arch)
+    side = int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else 224
+    mean = list(cfg.mean) if cfg is not None and cfg.mean else [0.485, 0.456, 0.406]
+    std = list(cfg.std) if cfg is not None and cfg.std else [0.229, 0.224, 0.225]
+    return side, [float(m) for m in mean], [float(s) for s in std]
