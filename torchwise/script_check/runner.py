@@ -118,8 +118,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
     finish(result) -> exit status: called (then the process exits) when the script keeps swallowing
     check's stop (a bare `except:` around its loop), so that what was seen is still reported."""
     from torchwise.script_check import follow
-    from torchwise.diagnose.errors import translate
-    from torchwise.diagnose.watch import StopScript, Watcher
+    from torchwise.diagnose.watch import Watcher
 
     args = list(args or [])
     watcher = Watcher(check_mode=True, max_steps=max_steps or None)
@@ -145,6 +144,24 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
     workers.install()
     taps = _tap_output(watcher)
     try:
+        _run_as_main(script, module, watcher, workers, state)
+    finally:
+        _untap_output(taps)
+        workers.uninstall()
+        watcher.detach()
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        if os.getcwd() != saved_cwd:
+            os.chdir(saved_cwd)
+    return _result(script, watcher, workers, state, overfit)
+
+
+def _run_as_main(script: str, module: bool, watcher, workers, state: dict[str, Any]) -> None:
+    """Run the script as __main__ and keep in `state` how it ended: check's stop, its own exit status, Ctrl-C,
+    or its own failure (reported, never a crash of the checker)."""
+    from torchwise.diagnose.errors import translate
+    from torchwise.diagnose.watch import StopScript
+
+    try:
         if module:
             runpy.run_module(script, run_name="__main__", alter_sys=True)
         else:
@@ -169,14 +186,6 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
         state["error"] = exc
         state["tb"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         state["translation"] = translate(exc, watcher=watcher)
-    finally:
-        _untap_output(taps)
-        workers.uninstall()
-        watcher.detach()
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        if os.getcwd() != saved_cwd:
-            os.chdir(saved_cwd)
-    return _result(script, watcher, workers, state, overfit)
 
 
 def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunResult:
