@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from torchwise.cli.main import main
 from torchwise.export.metadata import preprocess_spec
-from torchwise.predict import preprocess_image, preprocess_images
+from torchwise.export.preprocess import preprocess_image, preprocess_images
 
 
 def _train(model, x, y, seconds: float = 30.0, steps: int = 300):
@@ -256,7 +256,7 @@ def test_cli_train_export_predict_for_csv_runs(tmp_path):
 
 
 def test_export_verify_predict_for_the_demo(digits_run):
-    from torchwise.export import export_verify_predict
+    from torchwise.cli.export import export_verify_predict
 
     lines: list[str] = []
     result = export_verify_predict(digits_run["run"], log=lines.append)

@@ -1,8 +1,14 @@
-"""`torchwise export RUNDIR|CHECKPOINT --format onnx,torchscript,pt2 [--out DIR]`."""
+"""`torchwise export RUNDIR|CHECKPOINT --format onnx,torchscript,pt2 [--out DIR]`, and the demo's
+last step: export, verify, then predict from the .onnx file alone (export_verify_predict).
+
+export_verify_predict composes two layers (export below predict), so it lives here, above both.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,3 +50,44 @@ def run(args: argparse.Namespace) -> int:
     if summary.onnx_path:
         print(f"\npredict with: torchwise predict {summary.onnx_path} IMAGE_OR_CSV ...")
     return 0 if summary.ok else 1
+
+
+def export_verify_predict(run_dir: str | Path, inputs: Sequence[str] | None = None, *,
+                          formats: str | Sequence[str] = ("onnx",), top_k: int = 3,
+                          log: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """The end of the demo: export the run to ONNX (verified against PyTorch with onnxruntime), then
+    predict `inputs` (default: the run's first validation image) from the .onnx file alone.
+
+    Returns {"ok", "onnx", "max_abs_err", "max_rel_err", "predictions"}; never raises for a failed
+    export (ok is False and the reason was logged)."""
+    from torchwise import predict
+    from torchwise.export.api import export_run
+
+    say = log or (lambda _msg: None)
+    run_dir = Path(run_dir)
+    summary = export_run(run_dir, formats=formats, log=log)
+    result: dict[str, Any] = {"ok": summary.ok, "onnx": summary.onnx_path, "max_abs_err": None,
+                              "max_rel_err": None, "predictions": []}
+    onnx_result = summary.results.get("onnx")
+    if onnx_result and onnx_result.verification:
+        result["max_abs_err"] = onnx_result.verification.max_abs
+        result["max_rel_err"] = onnx_result.verification.max_rel
+    if summary.onnx_path is None:
+        return result
+    if not inputs:
+        inputs = _first_val_input(run_dir)
+    if inputs:
+        result["predictions"] = predict.predict(summary.onnx_path, list(inputs), top_k=top_k)
+        say(f"prediction from {summary.onnx_path.name} alone (onnxruntime, no torch):")
+        say(predict.format_table(result["predictions"]))
+    return result
+
+
+def _first_val_input(run_dir: Path) -> list[str]:
+    try:
+        split = json.loads((run_dir / "split.json").read_text())
+        if split.get("kind") == "image" and split.get("val"):
+            return [str(Path(split["root"]) / split["val"][0][0])]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        pass
+    return []

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from torchwise.errors import TorchwiseError
+from torchwise.export.example_inputs import cpu_example, dynamic_shapes_for
 from torchwise.export.metadata import onnx_metadata
 
 
@@ -40,46 +41,6 @@ class OnnxExport:
     dynamic_axes: dict[str, dict[int, str]]
     metadata: dict[str, str]
     notes: list[str] = field(default_factory=list)
-
-
-def as_tuple(example_input: Any) -> tuple:
-    if isinstance(example_input, (tuple, list)):
-        return tuple(example_input)
-    return (example_input,)
-
-
-def _at_least_two(inputs: tuple) -> tuple:
-    # torch.export specializes a dimension of size 1 to a constant; an example batch of 1 would
-    # silently freeze the batch axis, so duplicate it.
-    import torch
-
-    out = []
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] == 1:
-            t = torch.cat([t, t], dim=0)
-        out.append(t)
-    return tuple(out)
-
-
-def dynamic_shapes_for(inputs: tuple, *, dynamic_batch: bool, dynamic_spatial: bool):
-    import torch
-    from torch.export import Dim
-
-    batch = Dim("batch", min=1, max=1 << 20) if dynamic_batch else None
-    shapes = []
-    for t in inputs:
-        if not isinstance(t, torch.Tensor) or t.dim() == 0:
-            shapes.append(None)
-            continue
-        spec: dict[int, Any] = {}
-        if batch is not None:
-            spec[0] = batch
-        if dynamic_spatial and t.dim() >= 3:
-            names = ["height", "width"] if t.dim() == 4 else ["length"]
-            for axis, name in zip(range(2, t.dim()), names):
-                spec[axis] = Dim(name, min=2, max=1 << 16)
-        shapes.append(spec or None)
-    return tuple(shapes)
 
 
 @contextlib.contextmanager
@@ -212,43 +173,68 @@ def export_onnx(model, example_input: Any, path: str | Path, *, metadata: Mappin
     `metadata` (a run's meta.json content) goes into the file's metadata_props; see
     torchwise.export.metadata. Raises ExportError (UnsupportedOperatorError) with the cause named.
     """
-    import os
-
-    import onnx
+    import onnx  # noqa: F401  first: without it, an ImportError before the exporter runs (not its failure)
     import torch
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = copy.deepcopy(model).to("cpu").eval()
-    inputs = _at_least_two(tuple(t.detach().to("cpu") if isinstance(t, torch.Tensor) else t
-                                 for t in as_tuple(example_input)))
+    inputs = cpu_example(example_input)
     with torch.no_grad():
         outputs = model(*inputs)
     n_out = len(outputs) if isinstance(outputs, (tuple, list)) else 1
     input_names = list(input_names or (["input"] if len(inputs) == 1 else [f"input_{i}" for i in range(len(inputs))]))
     output_names = list(output_names or (["logits"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]))
     shapes = dynamic_shapes_for(inputs, dynamic_batch=dynamic_batch, dynamic_spatial=dynamic_spatial)
+    proto = _onnx_program(model, inputs, input_names, output_names, opset, shapes).model_proto
+    opset_used = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), opset or 0)
+    props = onnx_metadata(metadata, {"torch": torch.__version__, "opset": opset_used,
+                                     "input_names": input_names, "output_names": output_names,
+                                     "dynamic_batch": dynamic_batch, "dynamic_spatial": dynamic_spatial})
+    _set_metadata(proto, props)
+    _save_checked(proto, path, model)
+    dynamic_axes = _dynamic_axes(proto)
+    notes = []
+    if dynamic_batch and not any(0 in axes for axes in dynamic_axes.values()):
+        notes.append("the batch axis came out static: the model fixes its batch size")
+    return OnnxExport(path, int(opset_used), [v.name for v in proto.graph.input],
+                      [v.name for v in proto.graph.output], dynamic_axes, props, notes)
+
+
+def _onnx_program(model, inputs: tuple, input_names: list[str], output_names: list[str], opset: int | None,
+                  shapes):
+    """torch.onnx.export (dynamo) with its console output and logs held back; a failure becomes an
+    ExportError that names the cause (TORCHWISE_EXPORT_DEBUG=1 lets the exporter's own error through)."""
+    import os
+
+    import torch
+
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), quiet_torch_logs(), \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(model, inputs, None, input_names=input_names, output_names=output_names,
-                                        opset_version=opset, dynamo=True, dynamic_shapes=shapes, verbose=False)
+            return torch.onnx.export(model, inputs, None, input_names=input_names, output_names=output_names,
+                                     opset_version=opset, dynamo=True, dynamic_shapes=shapes, verbose=False)
     except Exception as exc:
         if os.environ.get("TORCHWISE_EXPORT_DEBUG"):
             raise
         raise explain_export_failure(exc, "ONNX") from None
-    proto = program.model_proto
-    opset_used = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), opset or 0)
-    props = onnx_metadata(metadata, {"torch": torch.__version__, "opset": opset_used,
-                                     "input_names": input_names, "output_names": output_names,
-                                     "dynamic_batch": dynamic_batch, "dynamic_spatial": dynamic_spatial})
+
+
+def _set_metadata(proto, props: Mapping[str, str]) -> None:
+    """Replace the model's metadata_props with `props` and sign it as torchwise's."""
     del proto.metadata_props[:]
     for key, value in props.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     proto.producer_name = "torchwise"
+
+
+def _save_checked(proto, path: Path, model) -> None:
+    """Write the model to `path`, checked by onnx.checker."""
+    import onnx
+
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
     if weight_bytes < 1.8e9:
@@ -258,14 +244,14 @@ def export_onnx(model, example_input: Any, path: str | Path, *, metadata: Mappin
         onnx.save(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                   location=path.name + ".data")
         onnx.checker.check_model(str(path))
+
+
+def _dynamic_axes(proto) -> dict[str, dict[int, str]]:
+    """{input name: {axis: symbolic name}} for the graph inputs' dynamic axes."""
     dynamic_axes: dict[str, dict[int, str]] = {}
     for value in proto.graph.input:
         dims = value.type.tensor_type.shape.dim
         named = {i: d.dim_param for i, d in enumerate(dims) if d.dim_param}
         if named:
             dynamic_axes[value.name] = named
-    notes = []
-    if dynamic_batch and not any(0 in axes for axes in dynamic_axes.values()):
-        notes.append("the batch axis came out static: the model fixes its batch size")
-    return OnnxExport(path, int(opset_used), [v.name for v in proto.graph.input],
-                      [v.name for v in proto.graph.output], dynamic_axes, props, notes)
+    return dynamic_axes

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchwise.export.onnx import _at_least_two, as_tuple, dynamic_shapes_for, explain_export_failure, quiet_torch_logs
+from torchwise.export.example_inputs import cpu_example, dynamic_shapes_for
+from torchwise.export.onnx import explain_export_failure, quiet_torch_logs
 from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, VerifyReport, verify_callable
 
 
@@ -36,8 +37,7 @@ def export_pt2(model, example_input: Any, path: str | Path, *, batches: Sequence
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = copy.deepcopy(model).to("cpu").eval()
-    example = _at_least_two(tuple(t.detach().cpu() if isinstance(t, torch.Tensor) else t
-                                  for t in as_tuple(example_input)))
+    example = cpu_example(example_input)
     shapes = dynamic_shapes_for(example, dynamic_batch=dynamic_batch, dynamic_spatial=dynamic_spatial)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchwise.export.onnx import ExportError, _at_least_two, as_tuple
-from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, VerifyReport, verify_callable
+from torchwise.export.example_inputs import cpu_example
+from torchwise.export.onnx import ExportError
+from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, Comparison, VerifyReport, verify_callable
 
 
 @dataclass
@@ -87,30 +88,8 @@ def export_torchscript(model, example_input: Any, path: str | Path, *, method: s
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = copy.deepcopy(model).to("cpu").eval()
-    example = _at_least_two(tuple(t.detach().cpu() if isinstance(t, torch.Tensor) else t
-                                  for t in as_tuple(example_input)))
-    result: TorchScriptExport | None = None
-    script_error = None
-    if method in ("auto", "script"):
-        try:
-            module = _script(model)
-            result = TorchScriptExport(path, "script")
-        except Exception as exc:
-            script_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
-            if method == "script":
-                raise ExportError("TorchScript scripting failed.", values={"error": script_error},
-                                  fix="use --torchscript-method trace (check its warnings), or export to ONNX / pt2 "
-                                      "instead; TorchScript is deprecated in recent PyTorch") from None
-    if result is None:
-        try:
-            with torch.no_grad():
-                module, tracer = _trace(model, example)
-        except Exception as exc:
-            raise ExportError("TorchScript export failed: both scripting and tracing failed.",
-                              values={"script error": script_error or "(not tried)",
-                                      "trace error": f"{type(exc).__name__}: {str(exc)[:300]}"},
-                              fix="export to ONNX or pt2 instead") from None
-        result = TorchScriptExport(path, "trace", script_error=script_error, tracer_warnings=tracer)
+    example = cpu_example(example_input)
+    module, result = _script_or_trace(model, example, path, method)
     # Save and reload: verify the file, not the in-memory module.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -120,21 +99,53 @@ def export_torchscript(model, example_input: Any, path: str | Path, *, method: s
     result.verification = verify_callable(f"torchscript ({result.method})", loaded, model, batches, atol=atol, rtol=rtol)
     if result.method == "trace":
         failed = [c for c in result.verification.comparisons if not c.ok]
+        result.data_dependent = bool(failed)
         if failed or result.tracer_warnings:
-            result.data_dependent = bool(failed)
-            msg = "TRACED MODEL MAY NOT FOLLOW YOUR CODE: "
-            if failed:
-                labels = ", ".join(dict.fromkeys(c.label for c in failed))
-                msg += (f"the traced module disagrees with eager PyTorch on inputs [{labels}] "
-                        f"(max abs err {max(c.max_abs for c in failed):.3g}): forward() has data-dependent control "
-                        "flow (or shape-dependent code) that the trace froze to the example's path.")
-            else:
-                msg += "the tracer warned that values were turned into constants (outputs still matched on the probes)."
-            if result.tracer_warnings:
-                msg += " Tracer said: " + " | ".join(result.tracer_warnings[:3])
-            msg += (" Fix: make forward() scriptable (type annotations, no unsupported Python) so that "
-                    "torch.jit.script keeps the branch, or use torch.where / torch.cond.")
-            if script_error:
-                msg += f" Scripting failed with: {script_error}"
-            result.warnings.append(msg)
+            result.warnings.append(_trace_warning(failed, result.tracer_warnings, result.script_error))
     return result
+
+
+def _script_or_trace(model, example: tuple, path: Path, method: str):
+    """(module, its TorchScriptExport without verification): scripted, or traced when `method` allows
+    it and scripting failed. Raises ExportError when neither works."""
+    import torch
+
+    script_error = None
+    if method in ("auto", "script"):
+        try:
+            return _script(model), TorchScriptExport(path, "script")
+        except Exception as exc:
+            script_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            if method == "script":
+                raise ExportError("TorchScript scripting failed.", values={"error": script_error},
+                                  fix="use --torchscript-method trace (check its warnings), or export to ONNX / pt2 "
+                                      "instead; TorchScript is deprecated in recent PyTorch") from None
+    try:
+        with torch.no_grad():
+            module, tracer = _trace(model, example)
+    except Exception as exc:
+        raise ExportError("TorchScript export failed: both scripting and tracing failed.",
+                          values={"script error": script_error or "(not tried)",
+                                  "trace error": f"{type(exc).__name__}: {str(exc)[:300]}"},
+                          fix="export to ONNX or pt2 instead") from None
+    return module, TorchScriptExport(path, "trace", script_error=script_error, tracer_warnings=tracer)
+
+
+def _trace_warning(failed: Sequence[Comparison], tracer_warnings: Sequence[str], script_error: str | None) -> str:
+    """The loud warning for a trace that may have frozen a branch: `failed` comparisons with eager
+    PyTorch, or the tracer's own warnings."""
+    msg = "TRACED MODEL MAY NOT FOLLOW YOUR CODE: "
+    if failed:
+        labels = ", ".join(dict.fromkeys(c.label for c in failed))
+        msg += (f"the traced module disagrees with eager PyTorch on inputs [{labels}] "
+                f"(max abs err {max(c.max_abs for c in failed):.3g}): forward() has data-dependent control "
+                "flow (or shape-dependent code) that the trace froze to the example's path.")
+    else:
+        msg += "the tracer warned that values were turned into constants (outputs still matched on the probes)."
+    if tracer_warnings:
+        msg += " Tracer said: " + " | ".join(tracer_warnings[:3])
+    msg += (" Fix: make forward() scriptable (type annotations, no unsupported Python) so that "
+            "torch.jit.script keeps the branch, or use torch.where / torch.cond.")
+    if script_error:
+        msg += f" Scripting failed with: {script_error}"
+    return msg

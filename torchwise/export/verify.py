@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from torchwise.errors import TorchwiseError
+from torchwise.export.example_inputs import as_tuple
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
@@ -162,8 +163,6 @@ def verification_batches(example_input: Any, real_batches: Sequence[Any] | None 
     the example's size into e.g. adaptive pooling, which only such an input reveals)."""
     import torch
 
-    from torchwise.export.onnx import as_tuple
-
     example = as_tuple(example_input)
     batches = [(f"random, batch {n}", random_like(example, n, seed=100 + n)) for n in sizes]
     if dynamic_spatial and example and isinstance(example[0], torch.Tensor) and example[0].dim() == 4:
@@ -196,7 +195,6 @@ def verify_onnx(model, onnx_path: str | Path, batches: Sequence[tuple[str, Any]]
     """Run the .onnx in a real onnxruntime InferenceSession on each batch and compare with `model`."""
     import numpy as np
 
-    from torchwise.export.onnx import as_tuple
     from torchwise.export.onnx_file import open_session
 
     session = open_session(onnx_path)
@@ -225,8 +223,6 @@ def verify_onnx(model, onnx_path: str | Path, batches: Sequence[tuple[str, Any]]
 def verify_callable(target: str, exported: Callable, model, batches: Sequence[tuple[str, Any]], *,
                     atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL) -> VerifyReport:
     """Compare any exported torch callable (TorchScript module, ExportedProgram.module()) with `model`."""
-    from torchwise.export.onnx import as_tuple
-
     model = copy.deepcopy(model).to("cpu").eval()
     report = VerifyReport(target, atol=atol, rtol=rtol)
     for label, batch in batches:
