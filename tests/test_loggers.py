@@ -48,7 +48,9 @@ def csv_numbers(row):
 def mlflow_env(monkeypatch):
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    # unset, as for a user: the logger opts in to MLflow's file store itself (setenv first, so it is undone)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "false")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
 
 
 @pytest.fixture
@@ -136,30 +138,34 @@ def wandb_records(path):
     return records
 
 
-def test_wandb_offline_run_holds_the_csv_rows_and_config(tmp_path, wandb_env):
+def test_wandb_offline_run_holds_the_csv_rows_and_config_and_resumes_the_same_run(tmp_path, wandb_env):
     import json
 
     run_dir = tmp_path / "run"
-    trainer(run_dir, ["csv", "wandb"]).fit()
-    rows = csv_rows(run_dir)
+    trainer(run_dir, ["csv", "wandb"], epochs=1).fit()
     run_id = json.loads((run_dir / "wandb_run.json").read_text())["id"]
-    files = glob.glob(str(run_dir / "wandb" / "offline-run-*" / f"run-{run_id}.wandb"))
-    assert len(files) == 1, f"no offline W&B run under {run_dir / 'wandb'}"
-    records = wandb_records(files[0])
+    trainer(run_dir, ["csv", "wandb"], epochs=2, resume=True).fit()
+    assert json.loads((run_dir / "wandb_run.json").read_text())["id"] == run_id
+    files = sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / f"run-{run_id}.wandb")))
+    assert len(files) == 2, f"not two offline parts of W&B run {run_id} under {run_dir / 'wandb'}: {files}"
     history: dict[int, dict[str, float]] = {}
-    for record in records:
-        if record.WhichOneof("record_type") == "history":
-            items = {"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item}
-            history.setdefault(int(items["_step"]), {}).update(items)
+    for path in files:
+        records = wandb_records(path)
+        for record in records:
+            if record.WhichOneof("record_type") == "history":
+                items = {"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item}
+                history.setdefault(int(items["_step"]), {}).update(items)
+        run_record = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+        assert run_record.run_id == run_id
+        config = {i.key: json.loads(i.value_json) for i in run_record.config.update}
+        assert config["loop"]["batch_size"] == 16
+        assert [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"] == [0]
+    rows = csv_rows(run_dir)
+    assert [int(r["step"]) for r in rows] == [4, 8]
     for row in rows:
         logged = history[int(row["step"])]
         for key, value in csv_numbers(row).items():
             assert logged[key] == pytest.approx(value, rel=1e-5), (key, row["step"])
-    run_record = next(r.run for r in records if r.WhichOneof("record_type") == "run")
-    config = {i.key: json.loads(i.value_json) for i in run_record.config.update}
-    assert config["loop"]["batch_size"] == 16
-    exits = [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"]
-    assert exits == [0]
 
 
 class Recorder:
@@ -211,6 +217,34 @@ def test_a_failing_logger_is_named_and_loses_neither_rows_nor_the_run(tmp_path, 
     assert "'broken-tracker' failed 2 time(s)" in err
     assert [int(r["step"]) for r in csv_rows(tmp_path / "run")] == [4, 8] == [s for s, _ in recorder.rows]
     assert result.steps == 8 and broken.finished == "finished"
+
+
+class Vanishing(TensorDataset):
+    """Data that fails once `gone` is set: a run that breaks in its second epoch."""
+    gone = False
+
+    def __getitem__(self, index):
+        if self.gone:
+            raise OSError("the data disk went away")
+        return super().__getitem__(index)
+
+
+def test_a_failed_run_ends_its_loggers_as_failed(tmp_path):
+    train_data = Vanishing(*data().tensors)
+
+    class BreaksTheData(Recorder):
+        def log_metrics(self, row, step):
+            super().log_metrics(row, step)
+            train_data.gone = True
+
+    recorder = BreaksTheData()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with pytest.raises(Exception, match="the data disk went away"):
+        Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), train_data=train_data, val_data=data(seed=1),
+                epochs=2, batch_size=16, out_dir=tmp_path / "run", loggers=[recorder], progress=False,
+                checks=False, num_workers=0).fit()
+    assert [step for step, _ in recorder.rows] == [4] and recorder.status == "failed"
 
 
 def test_a_logger_failing_to_start_stops_the_run_before_it_trains(tmp_path):

@@ -20,7 +20,8 @@ WandbLogger(...) objects can be passed too, to set their tracking URI, experimen
 A logger that raises while the run trains is named with its error on stderr and the others go on (the
 run too); one that fails to start stops the run before its first step. A resumed run appends: metrics.csv
 drops the rows after the resumed step, TensorBoard purges them, MLflow and W&B continue the run whose id
-the run folder keeps (mlflow_run.json, wandb_run.json).
+the run folder keeps (mlflow_run.json, wandb_run.json); rows the stopped run logged after its checkpoint
+stay in MLflow's history beside the new ones (W&B keeps the first it got for a step).
 """
 from torchwise.train.loggers.choice import BUILT_IN, check_loggers, choose_loggers
 from torchwise.train.loggers.csv_file import CsvLogger
