@@ -27,7 +27,7 @@ _LAZY = {
     "summary": "torchwise.toolbox.summary",
     "memory_estimate": "torchwise.toolbox.memory",
     "find_batch_size": "torchwise.toolbox.batch_size",
-    "enable_checkpointing": "torchwise.toolbox.checkpointing",
+    "enable_checkpointing": "torchwise.train.activation_checkpointing",
     "lr_find": "torchwise.train.lr_find",
     "tune": "torchwise.tune",
     "tune_loader": "torchwise.data.tune_loader",

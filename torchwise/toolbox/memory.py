@@ -344,7 +344,7 @@ def measure_cuda_peak(model: nn.Module, inputs: tuple[Any, ...], precision: str,
     torch.cuda.reset_peak_memory_stats(device)
     clone = copy.deepcopy(model)
     if checkpointing:
-        from torchwise.toolbox.checkpointing import enable_checkpointing
+        from torchwise.train.activation_checkpointing import enable_checkpointing
 
         enable_checkpointing(clone)
     batch = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
@@ -424,7 +424,7 @@ def _worker(spec_path: str) -> None:
         name, classes, channels, size = spec["model_spec"].split(":")
         model = build_model(name, int(classes), int(channels), tuple(int(s) for s in size.split("x")) if size else None)
     if spec.get("checkpointing"):
-        from torchwise.toolbox.checkpointing import enable_checkpointing
+        from torchwise.train.activation_checkpointing import enable_checkpointing
 
         enable_checkpointing(model)
     torch.manual_seed(0)

@@ -25,6 +25,7 @@ from torch import nn
 
 from torchwise.errors import TorchwiseError
 from torchwise.train.batches import batch_size_of, samples_in, split_batch, split_inputs_only
+from torchwise.train.mixing import labels_of, mixed_loss
 from torchwise.weights import unwrap_model
 
 LABEL_KEYS = ("labels", "label", "targets", "target", "y")
@@ -148,7 +149,7 @@ class StepContract:
                     values={"output": type(output).__name__, "labels in the batch": target is not None},
                     fix="Put the labels in the batch under 'labels' (a Hugging Face model then computes its loss), "
                         "or pass loss=fn(logits, labels), or compute_loss=fn(model, batch) -> loss.")
-        return self.loss_fn(logits_of(output), target)
+        return mixed_loss(self.loss_fn, logits_of(output), target)  # a MixUp/CutMix target: the two labels' mix
 
     def for_metrics(self, output: Any, target: Any) -> tuple[Any, Any]:
         """(outputs, targets) as metrics see them: logits and labels, or what compute_loss returned."""
@@ -156,4 +157,4 @@ class StepContract:
             if isinstance(output, tuple) and len(output) == 3:
                 return output[1], output[2]
             return None, None
-        return logits_of(output), target
+        return logits_of(output), labels_of(target)

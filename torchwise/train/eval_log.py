@@ -20,7 +20,8 @@ class TrainerReporting:
         """One evaluation row; True when early stopping says stop."""
         pos = self.pos
         self.events.emit("evaluation_start", trainer=self, step=pos.step)
-        row = self.evaluation_row(progress, start_time)
+        with self.ema_weights():  # with an EMA of the weights, the average is what is judged and kept
+            row = self.evaluation_row(progress, start_time)
         pos.history.append(row)
         log.row(row)
         progress.epoch_line({k: v for k, v in row.items() if k not in ("grad_norm", "skipped_steps", "samples_per_s")})
@@ -37,7 +38,8 @@ class TrainerReporting:
         if self.schedule is not None:
             self.schedule.after_evaluation(value)
         if self.best.update(value, pos.step):
-            self.files.keep_best()
+            with self.ema_weights():
+                self.files.keep_best()
         es = self.config.early_stopping
         if es is not None and es.update(value):
             progress.message(f"torchwise: early stopping at step {pos.step}: {monitor} did not improve for "

@@ -138,11 +138,21 @@ class TrainLoader:
 
     def __init__(self, loader: DataLoader, sampler: ResumableBatchSampler | None, plan: LoaderPlan):
         self.loader, self.sampler, self.plan = loader, sampler, plan
+        self.position_restored = False  # a loader with its own state was put back at the checkpoint's batch
 
-    def batches_per_epoch(self) -> int:
+    def batches_per_epoch(self) -> int | None:
+        """None for a stream with no length (an IterableDataset): its epoch ends when it runs out."""
         if self.sampler is not None:
             return self.sampler.batches_per_epoch()
-        return len(self.loader)
+        try:
+            return len(self.loader)
+        except TypeError:
+            return None
+
+    @property
+    def keeps_own_state(self) -> bool:
+        """A loader of the user's that saves and restores its own position (torchdata's StatefulDataLoader)."""
+        return self.sampler is None and has_own_state(self.loader)
 
     def epoch_iter(self, epoch: int, start_batch: int = 0) -> Iterator[Any]:
         if self.sampler is not None:
@@ -151,14 +161,35 @@ class TrainLoader:
             if self.loader.generator is not None:
                 self.loader.generator.manual_seed(derive_seed(self.sampler.seed, epoch, 1))
             return iter(self.loader)
+        if self.position_restored:  # the loader's own state_dict put it where the checkpoint was
+            self.position_restored = False
+            return iter(self.loader)
         # Not rebuildable (custom sampler / iterable dataset): replay to the position, the only correct option.
         sampler = getattr(self.loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
+        if hasattr(sampler, "set_epoch") and not self.keeps_own_state:
             sampler.set_epoch(epoch)
         it = iter(self.loader)
         for _ in range(start_batch):
             next(it)
         return it
+
+
+class LoaderState:
+    """A checkpoint component for a loader that keeps its own position (state_dict / load_state_dict)."""
+
+    def __init__(self, train_loader: TrainLoader):
+        self.train_loader = train_loader
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.train_loader.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.train_loader.loader.load_state_dict(state)
+        self.train_loader.position_restored = True
+
+
+def has_own_state(loader: Any) -> bool:
+    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
 
 
 def auto_workers(device: torch.device) -> int:
@@ -233,6 +264,9 @@ def build_loader(data: Any, *, role: str, train: bool, device: torch.device, bat
 def _rebuild_user_loader(loader: DataLoader, *, role: str, seed: int, shard: dict[str, Any]) -> TrainLoader:
     n = _check_dataset(loader.dataset, role)
     plan = LoaderPlan(loader.batch_size or 0, loader.num_workers, loader.pin_memory, False, False)
+    if has_own_state(loader) and shard["world_size"] == 1:  # it resumes itself: keep it as it is
+        plan.resumable, plan.note = True, f"{type(loader).__name__}: resumed through its own state_dict"
+        return TrainLoader(loader, None, plan)
     simple_sampler = type(loader.sampler) in (RandomSampler, SequentialSampler, DistributedSampler)
     simple_batches = type(loader.batch_sampler) is BatchSampler and loader.batch_size is not None
     if n < 0 or not simple_sampler or not simple_batches:

@@ -51,6 +51,9 @@ class RunView(Protocol):
     train_loader: Any
     total_steps: int
     schedule: Any
+    ema: Any               # the EMA of the weights, or None
+
+    def ema_weights(self) -> Any: ...  # a context: the EMA's weights in the model (nothing when it is off)
 
 
 def has_state(obj: Any) -> bool:
@@ -209,8 +212,10 @@ class RunFiles:
         run, pos = self.run, self.run.pos
         old_per_batch = data.get("batch_size", run.config.batch_size) * data.get("world_size", 1)
         samples_seen = pos.batch_in_epoch * old_per_batch
-        pos.batch_in_epoch = min(samples_seen // (run.config.batch_size * run.dist.world_size),
-                                 run.train_loader.batches_per_epoch())
+        batches = run.train_loader.batches_per_epoch()  # None: a stream, whose length is not known
+        pos.batch_in_epoch = samples_seen // (run.config.batch_size * run.dist.world_size)
+        if batches is not None:
+            pos.batch_in_epoch = min(pos.batch_in_epoch, batches)
         if run.dist.is_main:
             print(f"torchwise: resuming a run of {data.get('world_size', 1)} process(es) on {run.dist.world_size}: "
                   f"continuing at sample {samples_seen} of epoch {pos.epoch} (batch {pos.batch_in_epoch}); "
@@ -269,7 +274,10 @@ class RunFiles:
         last = int(found[-1].name[len(ckpt.PREFIX):]) if found else -1
         if sum_across([float(last != run.pos.step)], run.dist, run.device)[0]:
             self.save_checkpoint()  # so that resume=True on a finished run finds it finished
-        weights = self.full_weights()
+        with run.ema_weights():  # with an EMA of the weights on, the final (and exported) weights are the average
+            weights = self.full_weights()
+        if run.ema is not None and not self._restore_best:  # the model in memory is what final/ holds
+            run.ema.copy_to(run.model)
         if not run.dist.is_main:
             return self.out_dir / "final" / "model.safetensors"
         meta = dict(run.config.metadata)

@@ -23,6 +23,7 @@ from torchwise.train import distributed
 from torchwise.train import input_checks as checks_
 from torchwise.train.evaluation import Evaluator
 from torchwise.train.fast import apply_to_model, compile_model, device_step_blocker, plan_fast
+from torchwise.train.loaders import LoaderState
 from torchwise.train.loop_state import History, OptimizerState
 from torchwise.train.precision import choose_device, choose_precision
 from torchwise.train.prefetch import prefetch_allowed
@@ -80,6 +81,7 @@ class TrainerSetup:
         self.shape_guard = shape_watch.ShapeWatch() if shape_watch.wanted(self.model, self.device) else None
         self.fast_plan = plan_fast(cfg.fast, self.device, self.model)
         apply_to_model(self.fast_plan, self.model)
+        self.setup_recipes()  # EMA, mixing, activation checkpointing: on the plain model, before any wrapper
         # Wrapped (DDP) or sharded in place (FSDP) before the optimizer exists: FSDP replaces the parameters.
         self.train_model = distributed.wrap_model(self.model, self.dist, self.device, cfg.strategy)
         self.optimizer = self.build_optimizer()
@@ -93,18 +95,12 @@ class TrainerSetup:
         self.val_loader = None if self.val_data is None else build_loader(
             self.val_data, role="val_data", train=False, device=self.device,
             batch_size=cfg.eval_batch_size or cfg.batch_size, seed=cfg.seed, num_workers=cfg.num_workers, **shard)
-        require(self.val_loader is None or self.val_loader.batches_per_epoch() > 0 or self.dist.enabled,
+        require(self.val_loader is None or self.val_loader.batches_per_epoch() != 0 or self.dist.enabled,
                 "val_data yields no batches.", {"val_data": type(self.val_data).__name__,
                                                 "batches": 0 if self.val_loader is None else
                                                 self.val_loader.batches_per_epoch()},
                 "Give val_data samples, or drop_last=False in its DataLoader, or pass val_data=None.")
-        steps_per_epoch = -(-self.train_loader.batches_per_epoch() // cfg.accumulate)
-        require(steps_per_epoch > 0, "train_data yields no batches.",
-                {"batches per epoch": self.train_loader.batches_per_epoch(), "batch_size": cfg.batch_size},
-                "Lower batch_size or drop_last=False in your DataLoader.")
-        self.total_steps = cfg.max_steps or steps_per_epoch * cfg.epochs
-        # max_steps wins over epochs
-        self.epochs_planned = cfg.epochs if cfg.max_steps is None else max(cfg.epochs, -(-cfg.max_steps // steps_per_epoch))
+        self.total_steps, self.epochs_planned = self.plan_length()
         self.schedule = build_schedule(cfg.scheduler, self.optimizer, total_steps=self.total_steps,
                                        max_epochs=self.epochs_planned, warmup_steps=cfg.warmup_steps, mode=cfg.mode,
                                        interval=cfg.scheduler_interval)
@@ -126,15 +122,36 @@ class TrainerSetup:
         self.register_state()
         return self.find_and_load_checkpoint()
 
+    def plan_length(self) -> tuple[int, int]:
+        """(optimizer steps, epochs) of the run: max_steps wins over epochs. A stream with no length (an
+        IterableDataset) needs max_steps, and is iterated again, pass after pass, until they are done."""
+        cfg, batches = self.config, self.train_loader.batches_per_epoch()
+        if batches is None:
+            require(cfg.max_steps is not None, "train_data has no length (an IterableDataset), so the run's length "
+                    "cannot come from epochs.", {"train_data": type(self.train_data).__name__, "max_steps": None},
+                    "Pass max_steps=N: the schedule, the checkpoints and the progress count optimizer steps (the "
+                    "stream is iterated again when it runs out before them).")
+            return cfg.max_steps, sys.maxsize
+        steps_per_epoch = -(-batches // cfg.accumulate)
+        require(steps_per_epoch > 0, "train_data yields no batches.",
+                {"batches per epoch": batches, "batch_size": cfg.batch_size},
+                "Lower batch_size or drop_last=False in your DataLoader.")
+        if cfg.max_steps is None:
+            return steps_per_epoch * cfg.epochs, cfg.epochs
+        return cfg.max_steps, max(cfg.epochs, -(-cfg.max_steps // steps_per_epoch))
+
     def register_state(self) -> None:
         """What every checkpoint holds, by name (the callbacks with state are registered at construction)."""
         files = self.files
+        if self.train_loader.keeps_own_state:  # a StatefulDataLoader: its own position, restored by itself
+            files.register("train_loader", LoaderState(self.train_loader))
         files.register("optimizer", OptimizerState(self.optimizer, is_sharded(self.model)))
         files.register("scheduler", self.schedule.scheduler if self.schedule is not None else None)
         files.register("scaler", self.step_runner.scaler)
         files.register("early_stopping", self.config.early_stopping)
         files.register("position", self.pos)
         files.register("history", History(self.pos))
+        files.register("ema", self.ema)
 
     def find_and_load_checkpoint(self) -> Path | None:
         cfg = self.config
@@ -149,7 +166,18 @@ class TrainerSetup:
                     "Pass resume=True to continue that run, or use a new out_dir (or delete the old one).")
         if found is not None:
             self.files.load_checkpoint(found)
+            self.say_how_the_data_resumes()
         return found
+
+    def say_how_the_data_resumes(self) -> None:
+        """Where the data's position cannot be restored exactly, the run says so (once, on the main rank)."""
+        loader, pos = self.train_loader, self.pos
+        if loader.sampler is not None or loader.keeps_own_state or not pos.batch_in_epoch or not self.dist.is_main:
+            return
+        print(f"torchwise: {type(self.train_data).__name__} keeps no position of its own: resumed by reading "
+              f"again the {pos.batch_in_epoch} batches of epoch {pos.epoch} already trained on (exact when it "
+              "yields the same samples in the same order on every pass; a torchdata StatefulDataLoader resumes "
+              "exactly).", file=sys.stderr)
 
     def check_first_batch(self, output: Any, target: Any) -> None:
         """The first training batch's targets against the model's outputs, and, for data held in memory as
@@ -237,14 +265,18 @@ class TrainerSetup:
         # sync-free steps and graphs skip non-finite updates through a fused optimizer's found_inf
         fused = bool({"fused_optimizer", "sync_free", "cuda_graph"} & self.fast_plan.on)
         if arg is None:
-            opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused=fused)
+            opt = torch.optim.AdamW(self.optimizer_params(1e-3), lr=1e-3, fused=fused)
         elif isinstance(arg, torch.optim.Optimizer):
+            require(self.config.backbone_lr_scale == 1, "backbone_lr_scale needs an optimizer the Trainer builds.",
+                    {"optimizer": type(arg).__name__, "backbone_lr_scale": self.config.backbone_lr_scale},
+                    "Pass a factory, optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3): it gets the head "
+                    "and backbone parameter groups (or build the groups yourself: torchwise.models.param_groups).")
             opt = arg
             self.optimizer_as_given()
         elif callable(arg) and takes_keyword(arg, "fused"):  # a factory that lets the fast plan choose
-            opt = arg(self.model.parameters(), fused=fused)
+            opt = arg(self.factory_params(arg), fused=fused)
         elif callable(arg):
-            opt = arg(self.model.parameters())
+            opt = arg(self.factory_params(arg))
             self.optimizer_as_given()
             require(isinstance(opt, torch.optim.Optimizer), "The optimizer factory did not return an optimizer.",
                     {"returned": type(opt).__name__},
@@ -257,6 +289,13 @@ class TrainerSetup:
         checks_.check_optimizer_holds(opt, self.model)
         return opt
 
+
+    def factory_params(self, factory: Any) -> Any:
+        """The parameters (or head/backbone groups) an optimizer factory is called with. For the groups the
+        factory's own learning rate is read from one optimizer it builds over the plain parameters."""
+        if self.config.backbone_lr_scale == 1:
+            return self.model.parameters()
+        return self.optimizer_params(float(factory(list(self.model.parameters())).defaults["lr"]))
 
     def eval_loader(self, data: Any):
         from torchwise.train.loaders import build_loader

@@ -59,7 +59,7 @@ def remedies(micro_batch: int | None, accumulate: int | None) -> str:
         else "a smaller batch with more accumulation"
     return ("in the order to try them: 1) on_oom='adapt' (or by hand: " + half + ": same effective batch, same "
             "result); 2) mixed precision: precision='bf16' (or 'fp16' on GPUs without bf16); 3) gradient "
-            "checkpointing: torchwise.toolbox.checkpointing.enable_checkpointing(model); 4) a lighter optimizer "
+            "checkpointing: torchwise.train.activation_checkpointing.enable_checkpointing(model); 4) a lighter optimizer "
             "state: SGD with momentum keeps one buffer per weight, Adam two; 5) log loss.item(), not loss, and "
             "del large tensors you keep; `torchwise memory` shows where the memory goes and "
             "`torchwise memory --find-batch-size` the largest batch that fits.")

@@ -37,6 +37,7 @@ from torchwise.train.progress import Progress
 from torchwise.train.reproducibility import derive_seed
 from torchwise.train.run_files import RunFiles, has_state
 from torchwise.train.settings import ALIASES, FLAT, TrainerConfig, build_config
+from torchwise.train.recipes import TrainerRecipes
 from torchwise.train.setup import TrainerSetup, apply_batch_fn
 
 
@@ -55,7 +56,7 @@ class FitResult:
     findings: list[dict[str, Any]] = field(default_factory=list)  # torchwise check's findings on this run
 
 
-class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
+class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling):
     """Trainer(model, optimizer, loss, train_data, val_data, *, config=None, metrics=None, callbacks=(),
     compute_loss=None, **settings): `settings` are the fields of TrainerConfig by name (epochs=3, ...).
 
@@ -138,7 +139,8 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
         self.optimizer = self.schedule = self.train_model = self.step_core = self.step_runner = None
         self.train_loader = self.val_loader = self.total_steps = self.epochs_planned = None
         self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = self.progress = None
-        self.setup_done = self.stop_requested = False
+        self.ema = self.mix = None  # the recipes (train/recipes.py), when their settings are on
+        self.setup_done = self.stop_requested = self.stream_ended = False
         self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
         self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
 
@@ -231,7 +233,7 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
                     self.files.save_if_due()
                     if stopped_early or self.stop_requested:
                         break
-                if pos.batch_in_epoch >= self.train_loader.batches_per_epoch():
+                if self._epoch_done():
                     stopped_early |= self._end_epoch(log, progress, start_time)
                 if stopped_early or self.stop_requested:
                     break
@@ -307,23 +309,32 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
     def _prepare_batch(self, batch: Any, epoch: int, index: int) -> tuple[Any, Any, int]:
         contract = self.contract
         inputs, target = contract.parts(move_to(batch, self.device, self.device.type == "cuda"))
+        n = contract.size(inputs, target)
         augment = self.config.batch_augment
         if augment is not None and contract.positional(inputs):
             # Seeded from (seed, rank, epoch, batch): a resumed run draws the same crops and flips.
             self.augment_gen.manual_seed(derive_seed(self.config.seed, self.dist.rank, epoch, index, 0xA6))
             inputs = (apply_batch_fn(augment, inputs[0], "batch_augment", self.augment_gen), *inputs[1:])
+        if self.mix is not None and contract.positional(inputs):  # MixUp / CutMix: training batches only
+            inputs, target = self.mix_batch(inputs, target, epoch, index)
         if "channels_last" in self.fast_plan.on and contract.positional(inputs):
             inputs = to_channels_last(inputs)
-        return inputs, target, contract.size(inputs, target)
+        return inputs, target, n
+
+    def _epoch_done(self) -> bool:
+        batches = self.train_loader.batches_per_epoch()
+        return self.stream_ended or (batches is not None and self.pos.batch_in_epoch >= batches)
 
     def _next_micro_batches(self, batches: Iterator[Any]) -> list[tuple[tuple[Any, ...], Any, int]]:
+        self.stream_ended = False
         micro = []
         start = time.perf_counter()
         at = self.pos.batch_in_epoch
         for _ in range(self.config.accumulate):
             try:
                 micro.append(next(batches))
-            except StopIteration:
+            except StopIteration:  # the epoch's end (for a stream with no length, the only sign of it)
+                self.stream_ended = True
                 break
             except Exception:
                 if self.interrupt.pending:  # e.g. the loader's workers got the Ctrl-C too and died
@@ -359,6 +370,7 @@ class Trainer(TrainerSetup, TrainerReporting, InterruptHandling):
             pos.consecutive_skipped = 0
             pos.loss_sum += result.loss * result.samples
             pos.loss_count += result.samples
+            self.after_optimizer_step()  # the EMA of the weights, when on
             if self.schedule is not None:
                 self.schedule.after_optimizer_step()  # never after a skipped step
         progress.step(result.loss, lr)
