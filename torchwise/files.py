@@ -98,7 +98,7 @@ def atomic_write_path(path: Path) -> Iterator[Path]:
             raise write_error("Could not write a file of the run.", path, exc,
                               "free disk space (or raise the file size limit), check that the folder is "
                               "writable, and run again (a training run continues with --resume); the previous "
-                              "version of the file is unchanged") from exc
+                              "version of the file is unchanged", **space_and_limit(path.parent)) from exc
     finally:
         if tmp.is_dir():  # whatever the writer left there, a file or (it happens) a folder
             shutil.rmtree(tmp, ignore_errors=True)

@@ -184,6 +184,9 @@ class LoaderState:
         return self.train_loader.loader.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Exact, the epoch in progress and the next ones, when the loader draws its shuffling seed from the
+        # global torch RNG (generator=None), which the checkpoint restores. A generator of the user's own
+        # is not in torchdata's state: later epochs would then be shuffled differently.
         self.train_loader.loader.load_state_dict(state)
         self.train_loader.position_restored = True
 

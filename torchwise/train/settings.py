@@ -269,6 +269,9 @@ class LoggingSettings:
             _require(value is None or isinstance(value, Mapping), f"{name} must be a dict or None.",
                      {name: type(value).__name__}, f"Pass {name}={{...}} or leave it out.")
             setattr(self, name, dict(value or {}))
+        from torchwise.train.loggers.choice import check_loggers
+
+        check_loggers(self.loggers, tensorboard=self.tensorboard)  # a misspelt name is refused at Trainer(...)
 
 
 @dataclass(kw_only=True)
