@@ -79,7 +79,8 @@ def make_model(vocab_size: int, seed: int = 0):
     return BertForSequenceClassification(config)
 
 
-def build_trainer(out_dir: str | Path | None, *, epochs: int = 3, resume: bool = False, **settings):
+def build_trainer(out_dir: str | Path | None, *, epochs: int = 3, resume: bool = False, lr: float = 2e-3,
+                  **settings):
     """The Trainer of this example (the tests add their own settings and callbacks)."""
     from transformers import DataCollatorWithPadding
 
@@ -97,7 +98,7 @@ def build_trainer(out_dir: str | Path | None, *, epochs: int = 3, resume: bool =
     except ImportError:  # torchmetrics is optional: the run reports loss and accuracy without it
         pass
     return torchwise.Trainer(
-        model, lambda params: torch.optim.AdamW(params, lr=2e-3),
+        model, lambda params: torch.optim.AdamW(params, lr=lr),
         train_data=DataLoader(Encoded(train_pairs, tokenizer), batch_size=16, shuffle=True, collate_fn=collate),
         val_data=DataLoader(Encoded(val_pairs, tokenizer), batch_size=32, collate_fn=collate),
         metrics=metrics, epochs=epochs, out_dir=out_dir, resume=resume, seed=0, scheduler="cosine",
