@@ -225,3 +225,19 @@ def test_readme_counts_the_checker_catalog():
 
     m = re.search(r"— (\d+) catalog entries", README)
     assert m and int(m.group(1)) == len(CATALOG), (m and m.group(1), len(CATALOG))
+
+
+def test_the_examples_of_any_model_any_batch_run_as_shown(tmp_path):
+    import shlex
+
+    sessions = console_sessions("<!-- readme-examples")
+    assert len(sessions) >= 2
+    mismatches = []
+    for command, shown in sessions:
+        argv = shlex.split(command)
+        assert argv[0] == "python" and argv[1].startswith("examples/"), command
+        proc = subprocess.run([sys.executable, str(ROOT / argv[1]), *argv[2:]], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+        mismatches += [f"$ {command}: {m}" for m in readme_number_mismatches(shown, proc.stdout + proc.stderr)]
+    assert not mismatches, "README's numbers drifted from what the examples print:\n" + "\n".join(mismatches)

@@ -66,6 +66,9 @@ class DataConfig:
                 "quarter of the free RAM), else disk up to 16 GiB (at most half the free space), else off")
     cache_dir: str | None = _opt(None, "folder of data.cache=disk (none: $TORCHWISE_CACHE_DIR, else "
                                        "~/.cache/torchwise/images); one subfolder per data set and input size")
+    augment_policy: Literal["none", "trivial", "randaugment"] = _opt(
+        "none", "images: an automatic augmentation policy after the crop and flip, in the loader: trivial "
+                "(TrivialAugmentWide) or randaugment (RandAugment, 2 ops of magnitude 9)")
     augment_on: Literal["cpu", "device"] = _opt(
         "cpu", "images: where training augmentation runs: cpu (image by image in the loader) or device "
                "(whole batches on the training device after the copy: the loader only cuts a fixed square; "
@@ -78,7 +81,7 @@ class DataConfig:
 @dataclass(kw_only=True)
 class ModelConfig:
     name: str = _opt("auto", "auto (smallcnn for images, mlp for CSV), smallcnn, mlp, a torchvision "
-                             "architecture (resnet18, ...) or pkg.module:callable")
+                             "architecture (resnet18, ...), timm:NAME (e.g. timm:convnext_atto) or pkg.module:callable")
     weights: str | None = _opt(None, "LOCAL state dict file to start from (nothing is downloaded)")
     freeze_backbone: bool = _opt(False, "train only the new classification head")
 
@@ -122,6 +125,20 @@ class TrainConfig:
     checkpoint_every: int | None = _opt(None, "save a checkpoint every N optimizer steps", min=1)
     keep_last: int = _opt(2, "checkpoints kept", min=1)
     resume: bool = _opt(False, "continue the run in output.dir from its last complete checkpoint")
+    label_smoothing: float = _opt(0.0, "classification: cross-entropy against smoothed labels (e.g. 0.1)", min=0.0,
+                                  max=1.0, max_open=True)
+    mixup: float = _opt(0.0, "images: MixUp of training batches, the alpha of Beta(alpha, alpha) (e.g. 0.8; 0: off)",
+                        min=0.0)
+    cutmix: float = _opt(0.0, "images: CutMix of training batches, its alpha (e.g. 1.0; 0: off); with mixup "
+                              "too, each batch is one or the other", min=0.0)
+    ema_decay: float | None = _opt(None, "an exponential moving average of the weights (e.g. 0.999), evaluated, "
+                                         "kept as best and exported in place of the raw weights", min=0.0,
+                                   max=1.0, min_open=True, max_open=True)
+    gradient_checkpointing: bool = _opt(False, "recompute activations in backward: less memory, more compute")
+    backbone_lr_scale: float = _opt(1.0, "learning rate of everything but the classification head, times this "
+                                         "(0: the backbone is frozen)", min=0.0)
+    loggers: str | None = _opt(None, "where metrics go, joined by commas from csv, tensorboard, mlflow (local "
+                                     "file store), wandb (offline); none: csv,tensorboard")
 
     def __post_init__(self) -> None:
         _validate_section(self)

@@ -18,12 +18,10 @@ from typing import Any, Callable
 from torchwise.config import RunConfig
 from torchwise.errors import ConfigError, TorchwiseError
 from torchwise.files import write_text
+from torchwise.data.model_input import image_side, resolve_model_name  # noqa: F401 - also imported from here
+from torchwise.models.names import model_family, timm_input
 
 SPLIT_FILE = "split.json"
-# Side used for torchvision architectures when data.image_size is not set: what they were designed for.
-TORCHVISION_SIDE = 224
-# smallcnn / mlp take the images' median side up to this (bigger images are downscaled).
-SMALL_MODEL_MAX_SIDE = 64
 
 
 @dataclass
@@ -47,6 +45,7 @@ class Task:
     batch_eval: Any = None
     # train.class_weights: {"scheme", "computed_from", "values" (class order), "train_counts"}; None: unweighted
     class_weights: dict[str, Any] | None = None
+    label_smoothing: float = 0.0       # train.label_smoothing, for the weighted loss built here
 
     def meta(self) -> dict[str, Any]:
         """final/meta.json content (docs/CONTRACTS.md)."""
@@ -64,29 +63,14 @@ class Task:
             return None
         import torch
 
-        # the Trainer moves a loss module to its device with the model
-        return torch.nn.CrossEntropyLoss(weight=torch.tensor(self.class_weights["values"], dtype=torch.float32))
+        # the Trainer moves a loss module to its device with the model; the Trainer's own default loss gets
+        # label_smoothing from the settings, this one from the task
+        return torch.nn.CrossEntropyLoss(weight=torch.tensor(self.class_weights["values"], dtype=torch.float32),
+                                         label_smoothing=self.label_smoothing)
 
 
 def is_csv(path: str | Path) -> bool:
     return Path(path).suffix.lower() in {".csv", ".tsv", ".txt"} and Path(path).is_file()
-
-
-def resolve_model_name(name: str, kind: str) -> str:
-    if name == "auto":
-        return "smallcnn" if kind == "image" else "mlp"
-    if kind == "tabular" and name != "mlp" and ":" not in name:
-        raise TorchwiseError("A CSV task needs a model for feature vectors.", values={"model": name},
-                             fix="use --model mlp (the default for CSV files) or your own pkg.module:callable")
-    return name
-
-
-def image_side(config: RunConfig, model_name: str, median_side: int) -> int:
-    if config.data.image_size:
-        return config.data.image_size
-    if model_name in ("smallcnn", "mlp") or ":" in model_name:
-        return max(4, min(median_side or 32, SMALL_MODEL_MAX_SIDE))
-    return TORCHVISION_SIDE
 
 
 def prepare_task(config: RunConfig, run_dir: str | Path | None, *, progress: bool = False,
@@ -204,7 +188,12 @@ def _image_stats(config: RunConfig, scan: Any, model_name: str, *, mode: str, ch
     if source_stats is not None:
         mean, std = source_stats
         return mean, std, "the run the --weights come from"
-    if config.model.weights and model_name not in ("smallcnn", "mlp") and ":" not in model_name:
+    if config.model.weights and model_family(model_name) == "timm":
+        _, mean, std = timm_input(model_name)
+        if channels == 1:  # a grayscale input to an RGB-pretrained network: the average channel
+            mean, std = [sum(mean) / len(mean)], [sum(std) / len(std)]
+        return mean, std, "the statistics timm records for the pretrained weights, because --weights is used"
+    if config.model.weights and model_family(model_name) == "torchvision":
         mean, std = stats.pretrained_stats(channels)
         return mean, std, "pretrained (ImageNet) statistics, because --weights is used"
     stat_tf = transforms.stats_transform(side, center_crop=d.center_crop)
@@ -221,9 +210,14 @@ def _image_transforms(d: Any, side: int, mean: list[float], std: list[float]) ->
     data.augment_on=device fixed-size uint8 in the loader and the augmentation per batch on the device."""
     from torchwise.data import transforms
 
+    policy = getattr(d, "augment_policy", "none")
     if d.augment_on != "device":
-        return (transforms.train_transform(side, mean, std, crop_scale=d.crop_scale, hflip=d.hflip),
+        return (transforms.train_transform(side, mean, std, crop_scale=d.crop_scale, hflip=d.hflip, policy=policy),
                 transforms.val_transform(side, mean, std, center_crop=d.center_crop), None, None)
+    if policy != "none":
+        raise ConfigError("An augmentation policy runs in the loader, image by image.",
+                          values={"data.augment_policy": policy, "data.augment_on": "device"},
+                          fix="Use data.augment_on=cpu with data.augment_policy, or drop the policy.")
     from torchwise.data.device_augment import BatchAugment, BatchEval
 
     fixed = transforms.fixed_square_uint8(side, d.center_crop)
@@ -287,6 +281,7 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
         meta_extra={"image": {"mode": mode, "size": side, "center_crop": d.center_crop}},
         val_image=val_ds.load_image, val_ids=[p for p, _ in scan.val],
         batch_augment=batch_augment, batch_eval=batch_eval, class_weights=weights,
+        label_smoothing=config.train.label_smoothing,
     )
 
 
@@ -380,7 +375,7 @@ def _prepare_tabular(config: RunConfig, run_dir: str | Path | None) -> Task:
                       "freeze_backbone": config.model.freeze_backbone},
         summary=summary, meta_extra={"tabular": data.tabular_meta()},
         val_ids=[f"row {r + 2}" for r in data.val_rows],  # +2: 1-based line numbers after the header
-        class_weights=weights,
+        class_weights=weights, label_smoothing=config.train.label_smoothing,
     )
 
 

@@ -55,8 +55,13 @@ def _to_float():
     return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
 
 
+POLICIES = ("none", "trivial", "randaugment")
+
+
 def train_transform(size: int, mean: Sequence[float], std: Sequence[float], *,
-                    crop_scale: float = 0.35, hflip: bool = True):
+                    crop_scale: float = 0.35, hflip: bool = True, policy: str = "none"):
+    """Crop (or resize), flip, then an automatic policy (TrivialAugmentWide / RandAugment: on the uint8
+    image, where their colour operations are defined), to float and normalized."""
     from torchvision.transforms import v2
 
     steps = []
@@ -67,6 +72,10 @@ def train_transform(size: int, mean: Sequence[float], std: Sequence[float], *,
         steps.append(v2.RandomResizedCrop(size, scale=(crop_scale, 1.0), antialias=True))
     if hflip:
         steps.append(v2.RandomHorizontalFlip())
+    if policy == "trivial":
+        steps.append(v2.TrivialAugmentWide())
+    elif policy == "randaugment":
+        steps.append(v2.RandAugment(num_ops=2, magnitude=9))
     return v2.Compose([v2.ToImage(), *steps, *_to_float()[1:], v2.Normalize(list(mean), list(std))])
 
 

@@ -421,7 +421,7 @@ def _worker(spec_path: str) -> None:
     else:
         from torchwise.models import build_model
 
-        name, classes, channels, size = spec["model_spec"].split(":")
+        name, classes, channels, size = spec["model_spec"].rsplit(":", 3)  # a timm:NAME keeps its colon
         model = build_model(name, int(classes), int(channels), tuple(int(s) for s in size.split("x")) if size else None)
     if spec.get("checkpointing"):
         from torchwise.train.activation_checkpointing import enable_checkpointing

@@ -89,17 +89,8 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling)
         train_data = checks_.as_data(train_data, "train_data")
         val_data = checks_.as_data(val_data, "val_data", required=False)
         self.config = cfg = build_config(config, settings)
-        checks_.check_optimizer_arg(optimizer, model)
-        _require(loss is None or callable(loss), "loss must be callable(output, target) -> tensor.",
-                 {"loss": type(loss).__name__}, "Pass e.g. nn.CrossEntropyLoss() or F.mse_loss.")
-        _require(cfg.strategy != "fsdp" or not isinstance(optimizer, torch.optim.Optimizer),
-                 "With strategy='fsdp' the optimizer must be built after the model is sharded.",
-                 {"optimizer": type(optimizer).__name__},
-                 "Pass a factory: optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3).")
+        _check_step_arguments(model, optimizer, loss, compute_loss, cfg)
         self.model, self.optimizer_arg = model, optimizer
-        _require(compute_loss is None or callable(compute_loss), "compute_loss must be callable(model, batch).",
-                 {"compute_loss": type(compute_loss).__name__},
-                 "Pass a function: compute_loss=lambda model, batch: F.cross_entropy(model(batch['x']), batch['y']).")
         self.loss_fn = loss if loss is not None else (
             nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing) if cfg.task == "classification" else _mse)
         # how a batch becomes a loss: loss_fn(model(*inputs), target), a model's own loss, or compute_loss
@@ -427,6 +418,19 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling)
         if within_epoch:
             return False
         return self.pos.epoch >= self.epochs_planned
+
+
+def _check_step_arguments(model: nn.Module, optimizer: Any, loss: Any, compute_loss: Any, cfg: TrainerConfig) -> None:
+    checks_.check_optimizer_arg(optimizer, model)
+    _require(loss is None or callable(loss), "loss must be callable(output, target) -> tensor.",
+             {"loss": type(loss).__name__}, "Pass e.g. nn.CrossEntropyLoss() or F.mse_loss.")
+    _require(cfg.strategy != "fsdp" or not isinstance(optimizer, torch.optim.Optimizer),
+             "With strategy='fsdp' the optimizer must be built after the model is sharded.",
+             {"optimizer": type(optimizer).__name__},
+             "Pass a factory: optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3).")
+    _require(compute_loss is None or callable(compute_loss), "compute_loss must be callable(model, batch).",
+             {"compute_loss": type(compute_loss).__name__},
+             "Pass a function: compute_loss=lambda model, batch: F.cross_entropy(model(batch['x']), batch['y']).")
 
 
 def _require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
