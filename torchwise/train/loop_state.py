@@ -9,7 +9,7 @@ from typing import Any
 from torchwise.train.monitor import BestMetric, Monitor
 
 COUNTERS = ("step", "epoch", "batch_in_epoch", "skipped", "consecutive_skipped", "loss_sum", "loss_count",
-            "last_grad_norm")
+            "last_grad_norm", "stage", "stage_start_step", "stage_start_epoch", "stage_start_batch")
 
 
 @dataclass
@@ -23,6 +23,11 @@ class Position:
     loss_sum: float = 0.0          # train loss since the last evaluation
     loss_count: int = 0
     last_grad_norm: float | None = None  # logged every log_every steps, shown in each metrics row
+    # fit() called again on the same Trainer starts a stage (staged fine-tuning): which, and where it began
+    stage: int = 0
+    stage_start_step: int = 0
+    stage_start_epoch: int = 0
+    stage_start_batch: int = 0
     history: list = field(default_factory=list)
     best: BestMetric = field(default_factory=lambda: BestMetric(Monitor()))
 

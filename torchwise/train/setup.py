@@ -64,11 +64,8 @@ class TrainerSetup:
         """Everything fit() needs; returns the checkpoint resumed from, if any. Long because it is the
         one ordered list of the run's parts (each step needs the ones before it), said once."""
         from torchwise.train.loaders import build_loader
-        from torchwise.train.step_wrappers import compose_step
 
         cfg = self.config
-        if self.setup_done:
-            raise TorchwiseError("fit() was already called on this Trainer.", fix="Create a new Trainer to train again.")
         self.setup_done = True
         self.dist, device = distributed.setup(self.device_arg, cfg.dist_timeout_s)
         if self.dist.enabled:
@@ -100,6 +97,22 @@ class TrainerSetup:
                                                 "batches": 0 if self.val_loader is None else
                                                 self.val_loader.batches_per_epoch()},
                 "Give val_data samples, or drop_last=False in its DataLoader, or pass val_data=None.")
+        self.build_stage_parts()
+        if "prefetch" in self.fast_plan.on:
+            allowed, why = prefetch_allowed(self.train_loader.loader, self.train_loader.plan.num_workers)
+            if not allowed:
+                self.fast_plan.on.discard("prefetch")
+                self.fast_plan.why_off["prefetch"] = why
+        self.model.train()
+        self.register_state()
+        return self.find_and_load_checkpoint()
+
+    def build_stage_parts(self) -> None:
+        """What each stage of the run (each fit() call) has of its own: its length, the schedule over it,
+        the checker's watch, and the step around the stage's optimizer."""
+        from torchwise.train.step_wrappers import compose_step
+
+        cfg = self.config
         self.total_steps, self.epochs_planned = self.plan_length()
         self.schedule = build_schedule(cfg.scheduler, self.optimizer, total_steps=self.total_steps,
                                        max_epochs=self.epochs_planned, warmup_steps=cfg.warmup_steps, mode=cfg.mode,
@@ -113,19 +126,12 @@ class TrainerSetup:
         self.step_runner = compose_step(self.step_core, on_oom=cfg.on_oom, accumulate=cfg.accumulate,
                                         device_steps=self.plan_device_steps(), eager_model=self.eager_model,
                                         on_compile_fallback=self.on_compile_fallback)
-        if "prefetch" in self.fast_plan.on:
-            allowed, why = prefetch_allowed(self.train_loader.loader, self.train_loader.plan.num_workers)
-            if not allowed:
-                self.fast_plan.on.discard("prefetch")
-                self.fast_plan.why_off["prefetch"] = why
-        self.model.train()
-        self.register_state()
-        return self.find_and_load_checkpoint()
 
     def plan_length(self) -> tuple[int, int]:
-        """(optimizer steps, epochs) of the run: max_steps wins over epochs. A stream with no length (an
-        IterableDataset) needs max_steps, and is iterated again, pass after pass, until they are done."""
-        cfg, batches = self.config, self.train_loader.batches_per_epoch()
+        """(optimizer steps, last epoch) of this stage: max_steps wins over epochs, both counted from where
+        the stage began (the first stage: the start). A stream with no length (an IterableDataset) needs
+        max_steps, and is iterated again, pass after pass, until they are done."""
+        cfg, batches, pos = self.config, self.train_loader.batches_per_epoch(), self.pos
         if batches is None:
             require(cfg.max_steps is not None, "train_data has no length (an IterableDataset), so the run's length "
                     "cannot come from epochs.", {"train_data": type(self.train_data).__name__, "max_steps": None},
@@ -136,9 +142,10 @@ class TrainerSetup:
         require(steps_per_epoch > 0, "train_data yields no batches.",
                 {"batches per epoch": batches, "batch_size": cfg.batch_size},
                 "Lower batch_size or drop_last=False in your DataLoader.")
-        if cfg.max_steps is None:
-            return steps_per_epoch * cfg.epochs, cfg.epochs
-        return cfg.max_steps, max(cfg.epochs, -(-cfg.max_steps // steps_per_epoch))
+        if cfg.max_steps is None:  # a stage begun mid-epoch counts that epoch's rest as its first epoch
+            return steps_per_epoch * cfg.epochs - pos.stage_start_batch // cfg.accumulate, \
+                pos.stage_start_epoch + cfg.epochs
+        return cfg.max_steps, pos.stage_start_epoch + max(cfg.epochs, -(-cfg.max_steps // steps_per_epoch))
 
     def register_state(self) -> None:
         """What every checkpoint holds, by name (the callbacks with state are registered at construction)."""

@@ -39,6 +39,7 @@ from torchwise.train.run_files import RunFiles, has_state
 from torchwise.train.settings import ALIASES, FLAT, TrainerConfig, build_config
 from torchwise.train.recipes import TrainerRecipes
 from torchwise.train.setup import TrainerSetup, apply_batch_fn
+from torchwise.train.stages import TrainerStages
 
 
 @dataclass
@@ -56,7 +57,7 @@ class FitResult:
     findings: list[dict[str, Any]] = field(default_factory=list)  # torchwise check's findings on this run
 
 
-class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling):
+class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, InterruptHandling):
     """Trainer(model, optimizer, loss, train_data, val_data, *, config=None, metrics=None, callbacks=(),
     compute_loss=None, **settings): `settings` are the fields of TrainerConfig by name (epochs=3, ...).
 
@@ -132,6 +133,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling)
         self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = self.progress = None
         self.ema = self.mix = None  # the recipes (train/recipes.py), when their settings are on
         self.setup_done = self.stop_requested = self.stream_ended = False
+        self.stages_started = 0  # fit() calls so far (train/stages.py)
         self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
         self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
 
@@ -176,13 +178,19 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling)
         """Ask fit() to stop after the current step (from a callback)."""
         self.stop_requested = True
 
-    def fit(self) -> FitResult:
-        """Train; the process-wide torch switches the run turns are put back when it returns or raises."""
+    def fit(self, *, optimizer: Any = None, **settings: Any) -> FitResult:
+        """Train; the process-wide torch switches the run turns are put back when it returns or raises.
+        Called again, fit() is the run's next stage (train/stages.py): `settings` (epochs=, max_steps=, ...)
+        and `optimizer` apply from it on, and the step count, logs and checkpoints go on."""
+        stage = self.begin_stage(optimizer, settings)
+        done = self.stage_done_before(stage)
+        if done is not None:  # resuming a staged script: this stage ended before the checkpoint was made
+            return FitResult([], None, None, self.judge.name, 0, 0, 0, False, None, resumed_from=done)
         switches = ProcessSwitches.capture()
         self.interrupt = InterruptGuard(enabled=not distributed.env_from_torchrun().enabled)
         try:
             with self.interrupt:
-                return self._fit()
+                return self._fit(stage)
         except KeyboardInterrupt:
             if not self.interrupt.handled:  # stopped at once: no checkpoint of this moment
                 self.say_interrupted(None)
@@ -190,12 +198,14 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling)
         finally:
             switches.restore()
 
-    def _fit(self) -> FitResult:
+    def _fit(self, stage: int) -> FitResult:
         # The loop on one screen: long on purpose, so the order of steps, evaluations and saves reads at once
-        resumed_from = self.setup_run()
+        self.place_stage(stage)
+        resumed_from = self.setup_next_stage() if self.setup_done else self.setup_run()
         pos = self.pos
-        self.progress = progress = Progress(self.config.progress if self.dist.is_main else False, self.total_steps)
-        log = self.metrics_log(resumed_from is not None)
+        self.progress = progress = Progress(self.config.progress if self.dist.is_main else False,
+                                            pos.stage_start_step + self.total_steps)
+        log = self.metrics_log(resumed_from is not None or stage > 0)
         progress.message(self.start_message(resumed_from))
         progress.start(pos.step)
         self.files.write_config()
@@ -413,7 +423,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, InterruptHandling)
 
     def _finished(self, within_epoch: bool = False) -> bool:
         max_steps = self.config.max_steps
-        if max_steps is not None and self.pos.step >= max_steps:
+        if max_steps is not None and self.pos.step >= self.pos.stage_start_step + max_steps:
             return True
         if within_epoch:
             return False
