@@ -36,6 +36,7 @@ def assert_same_weights(a_dir, b_dir, what):
 KILL_AND_RESUME = [
     pytest.param("hf_text_classifier.py", 1, id="hugging-face-classifier"),
     pytest.param("two_input_compute_loss.py", 1, id="two-inputs-compute-loss"),
+    pytest.param("stream_iterable.py", 1, id="iterable-stream"),
 ]
 
 
@@ -56,10 +57,25 @@ def test_an_example_resumes_bit_identical_after_sigkill(tmp_path, example, epoch
     assert_same_weights(tmp_path / "reference", tmp_path / "killed", f"{example}, kill at {kill_at}")
 
 
-@pytest.mark.parametrize("example", ["hf_text_classifier.py", "two_input_compute_loss.py"])
+@pytest.mark.parametrize("example", ["hf_text_classifier.py", "two_input_compute_loss.py", "stream_iterable.py"])
 def test_an_example_learns_and_passes_the_checks_without_findings(tmp_path, example):
     if example.startswith("hf_"):
         pytest.importorskip("transformers")
     result = result_of(run(example, tmp_path / "run", "--epochs", "2", "--checks"), example)
     assert result["findings"] == [], f"{example}: the Trainer's checks found {result['findings']} on a correct run"
     assert result["last"]["val_acc"] > 0.7, result["last"]
+
+
+def test_the_logging_example_writes_an_mlflow_file_store_and_an_offline_wandb_run(tmp_path):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    import os
+
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path),
+           "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache")}
+    env.pop("WANDB_API_KEY", None)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run([sys.executable, str(EXAMPLES / "log_mlflow_wandb.py"), str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mlflow run FINISHED, 3 val_acc points; wandb offline files: 1" in done.stdout, done.stdout
