@@ -72,7 +72,7 @@ def recall(table: dict, t) -> str | None:
 
 
 def follow(w, func, args: tuple, out) -> None:
-    """One function call in a deep step while model outputs are followed (watch._Mode)."""
+    """One function call in a deep step while model outputs are followed (function_mode.FunctionMode)."""
     if not args or not isinstance(args[0], torch.Tensor):
         return
     if func in _EQ_FUNCS:

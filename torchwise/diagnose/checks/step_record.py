@@ -39,8 +39,8 @@ def loss_summary(w) -> dict:
     return s
 
 
-# the judgement state: evidence gathered by the hooks (watch.py calls optim.py, model.py and accumulation.py,
-# which write it here)
+# the judgement state: evidence gathered by the watcher's hooks (they call optim.py, model.py and
+# accumulation.py, which write it here)
 _ADAPTIVE = {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam",
              "Adafactor", "Lion", "Lamb", "LAMB", "AdaBelief", "Adan", "Sophia", "SophiaG"}
 # an lr at which each kind of optimizer usually trains; what its updates would be there tells whether
@@ -88,7 +88,7 @@ def roots_of(w, opt) -> set[int]:
 
 
 def note_root_input(w, module, args) -> None:
-    """A watched model's forward starts (watch.py: Watcher._root_pre_impl, deep steps): its first input
+    """A watched model's forward starts (model_hooks.py: Watcher._root_pre_impl, deep steps): its first input
     tensor, as a fingerprint of its values, and whether it is another model's output (a GAN's fake)."""
     if not w.is_deep or not torch.is_grad_enabled():
         return

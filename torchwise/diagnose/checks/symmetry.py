@@ -17,7 +17,7 @@ SYM_LAYERS = (nn.Linear, nn.modules.conv._ConvNd)
 
 
 def note_param_write(w, func, param) -> None:
-    """A function called on a parameter before the first optimizer step (watch._Mode): where an
+    """A function called on a parameter before the first optimizer step (function_mode.FunctionMode): where an
     in-place write (nn.init.*, zero_, fill_, ...) happens is where the parameter got its start values."""
     name = getattr(func, "__name__", "") or ""
     if (name.endswith("_") and not name.endswith("__")) or getattr(func, "__module__", None) == "torch.nn.init":

@@ -1,0 +1,168 @@
+"""The watcher's view of losses and backward(): the loss values, functional losses, autocast, retained graphs.
+
+Its own module because backward() is the one call every training step makes whatever its loop looks like
+(a Trainer, a hand-written loop, a hand-written update): the loss curve, the losses' inspection and the
+evidence of kept graphs are gathered here, from the patched torch.autograd.backward or the loop's own call.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from torchwise.diagnose.checks import accumulation, followed
+from torchwise.diagnose.checks import model as model_checks
+from torchwise.diagnose.tensors import autocast_dtype, quiet
+from torchwise.diagnose.user_code import user_where
+
+
+class LossAndBackward:
+    """The Watcher's part that sees each loss function call (deep steps) and each backward()."""
+
+    def _init_losses(self) -> None:
+        self.backwards = 0
+        self.backward_where: str | None = None
+        # loss values and per-step evidence
+        self.losses: list[torch.Tensor] = []
+        self.loss_steps: list[int] = []
+        self.loss_where: dict[str, str | None] = {}
+        self.cls: dict[str, Any] = {"counts": None, "n": 0, "batches": 0, "single": 0, "weighted": False,
+                                    "where": None, "C": None}
+        self.bin: dict[str, Any] = {"pos": 0, "neg": 0, "weighted": False, "where": None}
+        # retention
+        self.bw_ids: dict[int, weakref.ref] = {}
+        self._bw_refs: list[tuple[int, weakref.ref]] = []
+        self.retained_losses = 0
+        # backward-in-autocast: backward()/step() calls checked, and those that started with autocast on
+        self.autocast_use: dict[str, Any] = {"backward": 0, "step": 0, "backward_in": 0, "step_in": 0,
+                                             "where": None, "where_step": None, "dtype": None, "device": None,
+                                             "first_step": None}
+        # loss-average-wrong-count: the loss tensors returned by a torch loss function with reduction="mean"
+        # (deep steps)
+        self._mean_loss_outs: dict[int, weakref.ref] = {}
+
+    def on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any, npos: int = 2) -> None:
+        if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
+            return
+        if isinstance(out, torch.Tensor):
+            followed.remember(self.loss_outs, out, "loss")
+            if out.dim() == 0 and kwargs.get("reduction", "mean") == "mean" and npos == 2 and \
+                    kwargs.get("size_average") is None and kwargs.get("reduce") is None:
+                self._mean_loss_outs[id(out)] = weakref.ref(out)
+                if len(self._mean_loss_outs) > 64:
+                    for k in list(self._mean_loss_outs)[:32]:
+                        del self._mean_loss_outs[k]
+        if self.loss_where.get(kind) is None:
+            self.loss_where[kind] = user_where()
+        where = self.loss_where[kind]
+        if self.capture_overfit and self.overfit_capture and "loss" not in self.overfit_capture and self.steps == 0:
+            self.overfit_capture.update(loss=(func, dict(kwargs)), target=target.detach().clone(), where=where)
+        if self._phase == "eval" or not torch.is_grad_enabled():
+            return
+        from torchwise.diagnose.checks import losses
+        made_by = losses.origin(inp) if kind in ("bcelogits", "bce") else None
+        with torch.no_grad():
+            losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where, made_by)
+
+    def patch_backward(self) -> None:
+        original = torch.autograd.backward
+        watcher = self
+
+        def backward(tensors, *args, **kwargs):
+            watcher.maybe_stop()
+            try:
+                with quiet():
+                    watcher.on_backward(tensors)
+                    if watcher.is_deep:
+                        accumulation.accum_on_backward(watcher, tensors)
+            except Exception as exc:
+                watcher.internal_error("backward patch", exc)
+            return original(tensors, *args, **kwargs)
+
+        backward.__wrapped__ = original  # type: ignore[attr-defined]
+        self.accum = {}
+        self.patches.append((torch.autograd, "backward", original))
+        torch.autograd.backward = backward
+
+    def _note_autocast(self, what: str, tensor: Any) -> None:
+        """backward-in-autocast: a backward() ("backward") or optimizer.step() ("step") starts; is autocast
+        still on for the device of `tensor` (the loss, or the optimizer's first parameter)?"""
+        if not isinstance(tensor, torch.Tensor):
+            return
+        use = self.autocast_use
+        use[what] += 1
+        dtype = autocast_dtype(tensor.device.type)
+        if dtype is None:
+            return
+        use[what + "_in"] += 1
+        key = "where" if what == "backward" else "where_step"
+        if use[key] is None:
+            use[key] = user_where()
+        if use["dtype"] is None:
+            use.update(dtype=str(dtype).replace("torch.", ""), device=tensor.device.type, first_step=self.steps)
+
+    def on_backward(self, tensors: Any) -> None:
+        first = tensors if isinstance(tensors, torch.Tensor) else (
+            tensors[0] if isinstance(tensors, (tuple, list)) and tensors else None)
+        self._note_autocast("backward", first)
+        loss = tensors if isinstance(tensors, torch.Tensor) else (
+            tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            return
+        self.backwards += 1
+        if self.backward_where is None:
+            self.backward_where = user_where()
+        if not self.optimizers and self._global:  # no optimizer yet: perhaps a hand-written update follows
+            self.manual_watch = self._manual_since_backward = True
+        value = loss.detach().reshape(())
+        if len(self.losses) < 200_000 and not self.driven:  # driven: end_step() brings the value
+            self.losses.append(value)
+            self.loss_steps.append(self.steps)
+            cur = self.cur_pass
+            if cur is not None and not cur.closed:
+                cur.loss_idx.append(len(self.losses) - 1)
+                if self._deep:
+                    ref = self._mean_loss_outs.get(id(loss))
+                    if ref is not None and ref() is loss:
+                        cur.mean_losses += 1
+                    else:
+                        cur.other_losses += 1
+        if self._deep:
+            if loss.grad_fn is not None:
+                ref = weakref.ref(loss)
+                self._bw_refs.append((self.steps, ref))
+                self.bw_ids[id(loss)] = ref
+                if len(self.bw_ids) > 64:
+                    for k in list(self.bw_ids)[:32]:
+                        del self.bw_ids[k]
+            if self.first_nonfinite_loss_step is None and not bool(torch.isfinite(value)):
+                self.first_nonfinite_loss_step = self.steps
+                self.op_hunt = self._mode is not None  # name the operation at the next forward
+        self.stepped_since_backward = False
+        self.backward_since_step += 1
+
+    def _check_retained_losses(self) -> None:
+        """Loss tensors still alive 3+ rounds of steps after their backward() are being stored somewhere. A
+        round is one step of every optimizer: with three optimizers stepping in turn (InfoGAN's generator,
+        discriminator and info losses), each loss variable is rebound only 3 steps later."""
+        keep = []
+        age = 3 * max(1, len(self.optimizers))
+        for step, ref in self._bw_refs:
+            t = ref()
+            if t is None:
+                continue
+            if step <= self.steps - age:
+                if t.grad_fn is not None:
+                    self.retained_losses += 1
+                    if self.retained_losses >= 3 and not self.hits.get("loss-retains-graph"):
+                        self._hit("loss-retains-graph", where=self.backward_where,
+                                  info={"how": "kept alive", "alive": self.retained_losses})
+                continue
+            keep.append((step, ref))
+        self._bw_refs = keep
+
+    def on_accumulate(self, args: tuple, out: Any) -> None:
+        # a running total made at an earlier step, not errD = errD_real + errD_fake within one step
+        if model_checks.accumulation_retains(self, args, out):
+            self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"})

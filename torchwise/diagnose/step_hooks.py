@@ -1,0 +1,246 @@
+"""The watcher's hooks on optimizer steps: the step pre/post hooks, hand-written updates, zero_grad watch.
+
+Its own module because a step is where the watcher's bookkeeping turns over (the step count, the
+deep-step decision, the stop at --max-steps) and where the optimizer-level evidence is taken (the
+gradients' clearing, the update sizes in deep steps); the model and backward hooks only feed it.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from torchwise.diagnose.checks import accumulation
+from torchwise.diagnose.checks import model as model_checks
+from torchwise.diagnose.deep_steps import OP_HUNT_STEPS
+from torchwise.diagnose.tensors import compiling, quiet
+from torchwise.diagnose.user_code import user_where
+
+
+def _unserializable(fn):
+    """A tensor hook of ours: torch.save(model) skips it without a warning (it never belongs to the model)."""
+    return torch.utils.hooks.unserializable_hook(fn)
+
+
+class StepHooks:
+    """The Watcher's part that sees each optimizer step (global hooks, the optimizer's own hooks, or a
+    hand-written update found by the function mode) and closes the step."""
+
+    def _init_steps(self) -> None:
+        self.steps = 0
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.opt_param_ids: set[int] = set()
+        self._local_opts: set[int] = set()
+        self.step_where: str | None = None
+        # optimizer-level evidence (deep steps)
+        self.grad_records: list[dict] = []
+        self.update_ratios: list[tuple[int, float]] = []
+        self.snap: list | None = None
+        self.zero_sample: list = []
+        self._grad_hooks: dict[int, Any] = {}
+        self._zg_state: dict[int, str] = {}
+        self._zg_params: dict[int, Any] = {}
+        self._zg_where: str | None = None
+        self._opt_id_cache: dict[int, set[int]] = {}
+        self.stepped_since_backward = False
+        self.backward_since_step = 0
+        self.not_in_opt: dict[int, tuple[str, str]] = {}
+        self.no_grad_events: list[dict] = []
+        # hand-written updates (no optimizer object): parameters written in place after a backward()
+        self.manual_watch = False       # on once a backward() has run and no optimizer has stepped
+        self.manual_steps = 0
+        self._param_ptrs: dict[int, int] = {}  # storage address -> id(param), for p.data.add_(...)
+        self._manual_since_backward = False
+
+    def _on_step_pre(self, opt, args=(), kwargs=None):
+        if compiling():
+            return
+        self.maybe_stop()
+        try:
+            with quiet():
+                self._on_step_pre_impl(opt, args, kwargs)
+        except Exception as exc:
+            self.internal_error("optimizer step pre-hook", exc)
+
+    def _watch_grad_clearing(self, params: list) -> None:
+        """Check that the gradient this step consumed is cleared before the optimizer uses these params again.
+
+        A tensor hook runs whenever a new gradient arrives for a parameter, *before* it is added to
+        .grad: if .grad still holds the consumed gradient, the parameter is "stale"; if .grad was
+        cleared (None or zeros), it is "fresh". The verdict is taken at the next step() of an
+        optimizer that holds the parameter, so gradient accumulation (several backward() per step)
+        and GANs (a generator backward flowing through the discriminator) stay correct.
+        """
+        for p in params:
+            pid = id(p)
+            self._zg_state[pid] = "consumed"
+            if pid in self._grad_hooks:
+                continue
+            ref = weakref.ref(p)
+
+            @_unserializable
+            def hook(grad, ref=ref, pid=pid):
+                param = ref()
+                state = self._zg_state.get(pid)
+                if param is None or state not in ("consumed", "stale"):
+                    return None
+                cleared = param.grad is None or not bool(param.grad.ne(0).any())
+                if cleared:
+                    self._zg_state[pid] = "fresh"
+                elif state == "consumed":
+                    self._zg_state[pid] = "stale"
+                    self._zg_where = user_where() or self.backward_where
+                return None
+
+            self._grad_hooks[pid] = p.register_hook(hook)
+            self._zg_params[pid] = ref
+
+    def _verdict_grad_clearing(self, opt) -> None:
+        if not self._zg_state:
+            return
+        ids = self._opt_ids(opt)
+        mine = [pid for pid in self._zg_state if pid in ids]
+        if not mine:
+            return
+        stale = False
+        for pid in mine:
+            state = self._zg_state.pop(pid)
+            ref = self._zg_params.pop(pid, None)
+            handle = self._grad_hooks.pop(pid, None)
+            if handle is not None:
+                handle.remove()
+            param = ref() if ref is not None else None
+            if state == "stale" and param is not None and param.grad is not None:
+                stale = True
+        self.hits["zero-grad-checks"] = self.hits.get("zero-grad-checks", 0) + 1
+        if stale:
+            self._hit("missing-zero-grad", where=self._zg_where)
+
+    def _opt_ids(self, opt) -> set[int]:
+        key = id(opt)
+        ids = self._opt_id_cache.get(key)
+        if ids is None or len(ids) != sum(len(g["params"]) for g in opt.param_groups):
+            ids = {id(p) for g in opt.param_groups for p in g["params"]}
+            self._opt_id_cache[key] = ids
+        return ids
+
+    def _add_optimizer(self, opt: torch.optim.Optimizer) -> None:
+        if any(o is opt for o in self.optimizers):
+            return
+        self.optimizers.append(opt)
+        for g in opt.param_groups:
+            self.opt_param_ids.update(id(p) for p in g["params"])
+
+    def note_manual_update(self, args: tuple) -> None:
+        """A hand-written update (`p -= lr * p.grad`, `p.data.add_(...)`, `w1 -= lr * w1.grad` on bare tensors):
+        the first in-place write to a model parameter, or to a leaf tensor with a gradient, after a
+        backward() is one optimizer step, so the run's training is seen."""
+        if not self._manual_since_backward or not args or not isinstance(args[0], torch.Tensor):
+            return
+        t = args[0]
+        try:
+            if torch.is_grad_enabled() and t.requires_grad:
+                return  # not an update: autograd would refuse an in-place write to a leaf that needs grad
+            if self._param_ptrs.get(t.untyped_storage().data_ptr()) is None and not (
+                    t.is_leaf and t.requires_grad and t.grad is not None):
+                return  # neither a model's parameter nor a bare leaf tensor that backward() gave a gradient
+        except Exception:  # a tensor without storage (a subclass, meta): not a parameter of ours
+            return
+        self._manual_since_backward = False
+        self.manual_steps += 1
+        if self.step_where is None:
+            self.step_where = user_where()
+        self._after_step()
+
+    def _on_step_pre_impl(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
+        if self._global and id(opt) in self._local_opts:
+            return
+        self.manual_watch = self._manual_since_backward = False
+        self._add_optimizer(opt)
+        for g in opt.param_groups:  # param groups added later with add_param_group
+            self.opt_param_ids.update(id(p) for p in g["params"])
+        self._note_autocast("step", next((p for g in opt.param_groups for p in g["params"]), None))
+        if self.step_where is None:
+            self.step_where = user_where()
+        self._verdict_grad_clearing(opt)
+        if self.accum is not None:
+            accumulation.accum_on_step(self, opt)
+        if self._pending_evalmode_train is not None:
+            self._hit("train-mode-missing", where=self._pending_evalmode_train)
+            self._pending_evalmode_train = None
+        if not self._deep:
+            return
+        try:
+            from torchwise.diagnose.checks import optim
+            optim.inspect_step_pre(self, opt)
+        except Exception as exc:
+            self.internal_error("optimizer step pre-hook (deep)", exc)
+
+    def _on_step_post(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
+        if self._global and id(opt) in self._local_opts:
+            return
+        if self._deep and self.snap is not None:
+            try:
+                with quiet():
+                    from torchwise.diagnose.checks import optim
+                    optim.inspect_step_post(self, opt)
+            except Exception as exc:
+                self.internal_error("optimizer step post-hook", exc)
+        # driven: the loop clears gradients itself, and the tensor hooks would outlive the deep step
+        if self._deep and self.zero_sample and not self.driven:
+            try:
+                with quiet():
+                    self._watch_grad_clearing(self.zero_sample)
+            except Exception as exc:
+                self.internal_error("zero_grad watch", exc)
+        self.zero_sample = []
+        self.snap = None
+        if not self.driven:  # driven: end_step() does the bookkeeping, also for steps without hooks
+            self._after_step()
+
+    def _after_step(self) -> None:
+        self.steps += 1
+        self.stepped_since_backward = True
+        self.backward_since_step = 0
+        if self.graph_uses:
+            model_checks.settle_graph_uses(self)
+        if self.cur_pass is not None and not self.cur_pass.closed:
+            self.cur_pass.steps += 1
+        if self._after_epoch:
+            if not self._eval_since_epoch:
+                self.epoch_without_eval = True
+            self._after_epoch = False
+        self._eval_group_open = False
+        if self.op_hunt and self.steps >= min(self.deep_first, OP_HUNT_STEPS) and \
+                self.first_nonfinite_loss_step is None and self.nonfinite_culprit is None:
+            self.op_hunt = False
+        if self._deep and self._bw_refs:
+            with quiet():
+                self._check_retained_losses()
+        want = self._want_deep()
+        if want != self._deep:
+            self._set_deep(want)
+        else:
+            self._stack.clear()
+        self._fwd_since_step = 0
+        if self.max_steps and self.steps >= self.max_steps:
+            enough = (self.eval_seen or self.epoch_without_eval or not self.passes
+                      or self.steps >= self._step_cap())
+            if enough:
+                self.request_stop(f"--max-steps {self.max_steps} reached")
+
+    def _step_cap(self) -> int:
+        """Past --max-steps with no evaluation seen yet: how long to wait for one. Twice --max-steps, or up to
+        10x when the first epoch is known to end within that (the evaluation usually follows an epoch):
+        a verdict on validation needs a validation to look at."""
+        cap = 2 * self.max_steps
+        first = next((p for p in self.passes if p.steps > 0), None)
+        if first is not None and not first.closed:
+            try:
+                n = len(first.loader)
+            except TypeError:  # an iterable loader without a length
+                return cap
+            if n <= 10 * self.max_steps:
+                cap = max(cap, n + 1)
+        return cap
