@@ -125,7 +125,7 @@ def test_sigmoid_module_into_logits_loss_is_caught(tmp_path):
 # --------------------------------------------------------------------------- loss-average-wrong-count
 
 def test_printed_numbers_carry_their_precision():
-    from torchwise.diagnose.checks.data import _printed_numbers
+    from torchwise.diagnose.checks.loss_average import _printed_numbers
     got = _printed_numbers("epoch 3 loss 0.0819 acc 97.25% lr=1e-3 x 1.2345e-05 step12.5 v1.2.3 -2.50")
     assert [(v, d) for v, d, _ in got] == [(0.0819, 3), (97.25, 4), (1e-3, 1), (1.2345e-05, 5), (-2.5, 3)]
     assert got[0][2] == pytest.approx(5e-5)

@@ -3,8 +3,9 @@
     losses.py  what goes into the loss: softmax/sigmoid before it, labels, classes, the loss for the task
     optim.py   optimizer steps: zero_grad, learning rate, exploding/vanishing gradients, backward/step under autocast
     model.py   modes, registration, gradient flow, dead ReLU, NaNs, the loss curve, retained graphs
-    data.py    loaders and batches: validation augmentation, overlap, shuffling, samplers, speed, BatchNorm,
-               input shapes that change under cudnn.benchmark
+    data.py    loaders and batches: validation augmentation, shuffling, samplers, speed, BatchNorm,
+               input shapes that change under cudnn.benchmark; with two parts of its own that only it calls:
+               overlap.py (train/val overlap) and loss_average.py (the printed epoch loss's count)
     calls.py   library calls (diagnose/probes.py): LR schedulers, gradient clipping, GradScaler, DDP sampling
 
 Shared by the families above (each imports only these, never another family):

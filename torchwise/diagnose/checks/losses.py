@@ -148,6 +148,12 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
         return
     if target.dim() != 1 or inp.dim() != 2:
         return  # dense targets (segmentation, (B, C, T) sequences): per-pixel/token frequencies are another matter
+    _count_classes(w, inp, target, labels, kwargs, where, C, ignore)
+
+
+def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> None:
+    """A classification batch's labels (in range, one per sample): class counts, single-class batches, and
+    what the model predicts in the last calls (does it ever predict the rare class?)."""
     c = w.cls
     lm = _looks_like_lm(w, inp, labels, C)
     c["lm_calls"] = c.get("lm_calls", 0) + int(lm)
@@ -242,14 +248,28 @@ def _inspect_regression(w, inp, target, where) -> None:
 
 
 def decide(w) -> list[Finding]:
+    """The loss family's findings: one function per mistake, called in the order they are listed."""
+    out: list[Finding] = []
+    out.extend(_softmax_before_loss(w))
+    out.extend(_log_softmax_into_cross_entropy(w))
+    out.extend(_double_sigmoid(w))
+    out.extend(_wrong_loss_for_task(w))
+    out.extend(_decide_labels(w))
+    out.extend(decide_values_compared(w))
+    return out
+
+
+def _rate(h: dict, key: str) -> tuple[float, int]:
+    """The share of the checked calls in which mistake `key` was seen, and how many calls were checked."""
+    n = h.get(key + ":n", 0)
+    return (h.get(key, 0) / n if n else 0.0), n
+
+
+def _softmax_before_loss(w) -> list[Finding]:
+    """softmax-before-loss: probabilities (or a softmax over the wrong dim) into a loss that wants logits."""
     out: list[Finding] = []
     h = w.hits
-
-    def rate(key):
-        n = h.get(key + ":n", 0)
-        return (h.get(key, 0) / n if n else 0.0), n
-
-    r, n = rate("softmax-before-loss")
+    r, n = _rate(h, "softmax-before-loss")
     if n >= 2 and r >= 0.8:
         info = w.hit_info.get("softmax-before-loss", {})
         loss = info.get("loss", "cross_entropy")
@@ -274,7 +294,14 @@ def decide(w) -> list[Finding]:
                            message=f"In {k} of {n} checked calls the input to {loss} {what}; {loss} expects {want}.",
                            evidence={"calls_with_probabilities": k, "calls_checked": n, "input_form": form,
                                      "input_shape": shape}))
-    r, n = rate("log-softmax-into-cross-entropy")
+    return out
+
+
+def _log_softmax_into_cross_entropy(w) -> list[Finding]:
+    """log-softmax-into-cross-entropy: redundant, not harmful (a hint)."""
+    out: list[Finding] = []
+    h = w.hits
+    r, n = _rate(h, "log-softmax-into-cross-entropy")
     if n >= 2 and r >= 0.8 and "log-softmax-into-cross-entropy" in CATALOG:
         k = h["log-softmax-into-cross-entropy"]
         out.append(Finding(
@@ -287,8 +314,15 @@ def decide(w) -> list[Finding]:
             maybe_fine="cross_entropy(log_softmax(x)) == cross_entropy(x) in value and gradient, so training is "
                        "unaffected; it only matters where the same output is used as raw logits by something that "
                        "is not shift-invariant (a sigmoid, BCE, averaging logits of several models)."))
+    return out
+
+
+def _double_sigmoid(w) -> list[Finding]:
+    """double-sigmoid: a sigmoid before a loss that applies one, or a sigmoid twice."""
+    out: list[Finding] = []
+    h = w.hits
     for key, form in (("double-sigmoid", "sigmoid-into-logits-loss"), ("double-sigmoid~bce", "sigmoid-twice")):
-        r, n = rate(key)
+        r, n = _rate(h, key)
         if n >= 2 and r >= 0.9:
             k = h[key]
             if form == "sigmoid-twice":
@@ -301,7 +335,14 @@ def decide(w) -> list[Finding]:
             out.append(Finding("double-sigmoid", where=w.hit_where.get(key), message=msg,
                                evidence={"calls_from_sigmoid": k, "calls_checked": n, "form": form}))
             break
-    r, n = rate("wrong-loss-for-task")
+    return out
+
+
+def _wrong_loss_for_task(w) -> list[Finding]:
+    """wrong-loss-for-task: the loss does not fit the outputs and targets."""
+    out: list[Finding] = []
+    h = w.hits
+    r, n = _rate(h, "wrong-loss-for-task")
     if h.get("wrong-loss-for-task", 0) >= 2 and r >= 0.8:
         info = w.hit_info.get("wrong-loss-for-task", {})
         reason = info.get("reason")
@@ -326,9 +367,8 @@ def decide(w) -> list[Finding]:
         msg += f" (Seen in {h['wrong-loss-for-task']} of {n} checked loss calls.)"
         out.append(Finding("wrong-loss-for-task", where=w.hit_where.get("wrong-loss-for-task"), message=msg,
                            evidence={k: v for k, v in info.items()} | {"calls": h["wrong-loss-for-task"]}))
-    out.extend(_decide_labels(w))
-    out.extend(decide_values_compared(w))
     return out
+
 
 
 def _decide_labels(w) -> list[Finding]:

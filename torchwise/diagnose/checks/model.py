@@ -25,7 +25,26 @@ def _container_of(root_module, module) -> str | None:
 
 
 def decide(w, ls: dict) -> list[Finding]:
-    from torchwise.diagnose.user_code import where_defined
+    """The model family's findings: one function per mistake, called in the order they are listed."""
+    out: list[Finding] = []
+    out.extend(_mode_mistakes(w))
+    unregistered, unreg_param_ids = _unregistered_submodules(w)
+    out.extend(unregistered)
+    out.extend(_params_not_in_optimizer(w, unreg_param_ids))
+    out.extend(_no_gradient_flow(w))
+    out.extend(_loss_retains_graph(w))
+    out.extend(_dead_relu(w))
+    out.extend(decide_symmetry(w))
+    out.extend(_decide_graph_uses(w))
+    out.extend(_nonfinite(w, ls))
+    # the loss does not go down
+    found, _ = _judge_loss(w, ls)
+    out.extend(found)
+    return out
+
+
+def _mode_mistakes(w) -> list[Finding]:
+    """eval-mode-missing and train-mode-missing: the layers that behave by mode, in the wrong one."""
     out: list[Finding] = []
     h = w.hits
     if h.get("eval-mode-missing"):
@@ -40,7 +59,13 @@ def decide(w, ls: dict) -> list[Finding]:
                            message=f"{h['train-mode-missing']} optimizer step(s) followed forward passes made in eval mode "
                                    "(model.training == False) by a model with Dropout/BatchNorm layers.",
                            evidence={"steps_trained_in_eval_mode": h["train-mode-missing"], "steps": w.steps}))
-    # unregistered sub-modules
+    return out
+
+
+def _unregistered_submodules(w) -> tuple[list[Finding], set[int]]:
+    """unregistered-submodules, and the parameters of those layers (params-not-in-optimizer leaves them out)."""
+    from torchwise.diagnose.user_code import where_defined
+    out: list[Finding] = []
     unreg_param_ids = set()
     by_root: dict[int, list] = {}
     for rec in w.unregistered.values():
@@ -59,7 +84,12 @@ def decide(w, ls: dict) -> list[Finding]:
                                    f"{' - they are held in ' + holder if holder else ''}; model.parameters() does not "
                                    "contain them, so they are never trained.",
                            evidence={"layers": len(recs), "parameters": n_params, "held_in": holder}))
-    # parameters with a gradient but in no optimizer
+    return out, unreg_param_ids
+
+
+def _params_not_in_optimizer(w, unreg_param_ids: set[int]) -> list[Finding]:
+    """Parameters with a gradient but in no optimizer."""
+    out: list[Finding] = []
     missing = {pid: v for pid, v in w.not_in_opt.items() if pid not in w.opt_param_ids and pid not in unreg_param_ids}
     if missing and w.optimizers:
         names = [v[0] for v in missing.values()]
@@ -67,7 +97,12 @@ def decide(w, ls: dict) -> list[Finding]:
                            message=f"{len(names)} parameter tensor(s) get gradients but are in no optimizer, so they are "
                                    f"never updated: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}.",
                            evidence={"parameters": names[:20], "count": len(names)}))
-    # no gradient flow
+    return out
+
+
+def _no_gradient_flow(w) -> list[Finding]:
+    """no-gradient-flow: steps that found no gradient at all, or parameters that never get one."""
+    out: list[Finding] = []
     ev = [e for e in w.no_grad_events if e["step"] >= 0]
     if len(ev) >= 2:
         all_missing = [e for e in ev if e["missing"] == e["total"] and e["backward_since_step"] > 0]
@@ -92,6 +127,13 @@ def decide(w, ls: dict) -> list[Finding]:
                                            "The graph is cut before them (.detach(), .item(), .numpy(), .data, "
                                            "torch.tensor(...)) or they are unused.",
                                    evidence={"parameters": names[:20], "count": len(ids)}))
+    return out
+
+
+def _loss_retains_graph(w) -> list[Finding]:
+    """loss-retains-graph: loss tensors kept alive with their graphs, or summed into one."""
+    out: list[Finding] = []
+    h = w.hits
     if h.get("loss-retains-graph"):
         how = w.hit_info.get("loss-retains-graph", {}).get("how")
         msg = (f"At {h['loss-retains-graph']} of {w.steps} steps, a loss tensor that already went through backward() "
@@ -101,7 +143,12 @@ def decide(w, ls: dict) -> list[Finding]:
                "backward() (stored in a list or an attribute).")
         out.append(Finding("loss-retains-graph", where=w.hit_where.get("loss-retains-graph"), message=msg,
                            evidence={"occurrences": h["loss-retains-graph"]}))
-    # dead relu
+    return out
+
+
+def _dead_relu(w) -> list[Finding]:
+    """dead-relu: the first ReLU whose units output 0 for every sample checked."""
+    out: list[Finding] = []
     for key, rec in w.relu.items():
         fr = rec["fractions"]
         if len(fr) >= 3 and rec["units"] >= 4 and min(fr[-3:]) >= 0.5 and sum(f >= 0.5 for f in fr) >= 0.5 * len(fr):
@@ -111,9 +158,12 @@ def decide(w, ls: dict) -> list[Finding]:
                                        f"{RELU_WINDOW} samples each; {len(fr)} checked).",
                                evidence={"dead_fraction": fr[-1], "units": rec["units"], "checks": len(fr)}))
             break
-    out.extend(decide_symmetry(w))
-    out.extend(_decide_graph_uses(w))
-    # non-finite values
+    return out
+
+
+def _nonfinite(w, ls: dict) -> list[Finding]:
+    """nonfinite-input (a batch with NaN/inf) or else nonfinite-loss, with the module or operation that made it."""
+    out: list[Finding] = []
     ni = w.nonfinite_input
     if ni is not None and (ls["first_bad"] is None or ni["step"] <= (ls["first_bad_step"] or 0)):
         out.append(Finding("nonfinite-input", where=ni["where"],
@@ -144,9 +194,6 @@ def decide(w, ls: dict) -> list[Finding]:
                            evidence={"first_nonfinite_step": ls["first_bad_step"],
                                      "culprit": c["module"] if c else "loss computation",
                                      "operation": op["op"] if op else None}))
-    # the loss does not go down
-    found, _ = _judge_loss(w, ls)
-    out.extend(found)
     return out
 
 
@@ -326,7 +373,8 @@ def undecided(w) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- evidence hooks
-# The functions watch.py calls with evidence for the detectors above.
+# The functions the watcher's hooks (model_hooks.py, step_hooks.py, backward_hooks.py) call with evidence
+# for the detectors above.
 
 RELU_WINDOW = 8  # samples pooled before a unit is called dead: several batches when batches are small
 
@@ -362,7 +410,7 @@ def record_relu(w, key, out: torch.Tensor, label: str) -> None:
 
 
 def accumulation_retains(w, args: tuple, out) -> bool:
-    """An addition/sum/stack/cat with a loss that already went through backward() (watch._Mode): whether
+    """An addition/sum/stack/cat with a loss that already went through backward() (function_mode.FunctionMode): whether
     it builds a running total across steps, the thing that keeps every step's graph alive. Adding two
     losses of this step (a GAN's errD = errD_real + errD_fake, kept for printing) is not: the sum dies
     with the step. Each such result is remembered; adding a backward()'ed loss into one made at an
@@ -396,4 +444,3 @@ def accumulation_retains(w, args: tuple, out) -> bool:
             for k in [k for k, (r, _) in totals.items() if r() is None][:32] or list(totals)[:32]:
                 del totals[k]
     return has_loss and old_total
-

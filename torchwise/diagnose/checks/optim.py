@@ -183,8 +183,25 @@ def undecided(w) -> dict[str, str]:
 
 
 def decide(w, ls: dict) -> list[Finding]:
-    out: list[Finding] = []
+    """The optimizer family's findings: one function per mistake, called in the order they are listed (the
+    learning-rate verdicts first: exploding-gradients is not reported where lr-too-high explains it)."""
     jstate(w)["undecided"] = {}
+    out = _missing_zero_grad(w)
+    ev = _update_evidence(w, ls)
+    high = _lr_too_high(w, ls, ev)
+    low = _lr_too_low(w, ls, ev)
+    recs = _gradient_records(w, ls)
+    exploding = _exploding_gradients(w, ls, recs, ev, lr_high=bool(high))
+    out += high + low + exploding + _vanishing_gradients(w, recs, ev["kinds"])
+    w.lr_flags = {"high": bool(high), "low": bool(low), "exploding": bool(exploding)}
+    out.extend(decide_accumulation(w))
+    out.extend(_decide_autocast(w))
+    return out
+
+
+def _missing_zero_grad(w) -> list[Finding]:
+    """missing-zero-grad: backward() adding into the previous step's gradients."""
+    out: list[Finding] = []
     h = w.hits
     checks = h.get("zero-grad-checks", 0)
     stale = h.get("missing-zero-grad", 0)
@@ -193,7 +210,12 @@ def decide(w, ls: dict) -> list[Finding]:
                            message=f"At {stale} of {checks} checked steps, backward() started while the gradients "
                                    "of the previous optimizer step were still there (never zeroed).",
                            evidence={"steps_with_stale_gradients": stale, "steps_checked": checks}))
-    j = jstate(w)
+    return out
+
+
+def _update_evidence(w, ls: dict) -> dict:
+    """What the learning-rate verdicts weigh: the update-to-weight ratios (median, early steps), whether the
+    loss diverged or went non-finite after rising, and the kinds of optimizer."""
     adv = adversarial_pair(w)
     ratios = [r for _, r in w.update_ratios if math.isfinite(r)]
     med = median(ratios) if ratios else None
@@ -205,13 +227,19 @@ def decide(w, ls: dict) -> list[Finding]:
         diverged = True
     went_bad = ls["first_bad"] is not None and ls["first_bad"] >= 3 and ls.get("max") is not None \
         and ls.get("first") is not None and ls["max"] > 3 * ls["first"]
-    kinds = {i["kind"] for i in j["opt_info"].values()}
+    kinds = {i["kind"] for i in jstate(w)["opt_info"].values()}
+    return {"ratios": ratios, "med": med, "early_med": early_med, "diverged": diverged, "went_bad": went_bad,
+            "kinds": kinds}
+
+
+def _lr_too_high(w, ls: dict, ev: dict) -> list[Finding]:
+    """lr-too-high: large updates from the start, or moderate ones with a loss that diverges."""
+    out: list[Finding] = []
+    med, early_med, kinds, diverged, went_bad = ev["med"], ev["early_med"], ev["kinds"], ev["diverged"], ev["went_bad"]
     # Adam & co. move each weight by about lr per step whatever the gradient's size: an update of 1% of
     # the weights is their normal working point at lr=1e-3; with SGD it follows the gradient
     high_with_symptom = 0.05 if kinds == {"adaptive"} else 0.01
-    lr_high = False
     if med is not None and (early_med > 1.0 or ((diverged or went_bad) and early_med > high_with_symptom)):
-        lr_high = True
         lrs = sorted({g["lr"] for o in w.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
         desc = (f"the loss went from {ls['initial']:.4g} (first step) to {ls['last']:.4g} (mean of the last quarter)"
                 if ls.get("last") is not None and not went_bad
@@ -221,11 +249,16 @@ def decide(w, ls: dict) -> list[Finding]:
                                    f"(median, early steps), and {desc}. Learning rate: {lrs}.",
                            evidence={"update_to_weight_ratio": early_med, "lr": lrs, "loss_first": ls.get("first"),
                                      "loss_last": ls.get("last")}))
-    lr_low = False
+    return out
+
+
+def _lr_too_low(w, ls: dict, ev: dict) -> list[Finding]:
+    """lr-too-low: tiny updates for the optimizer and a loss that stays where it started."""
+    out: list[Finding] = []
+    med, ratios = ev["med"], ev["ratios"]
     low = _lr_low_evidence(w) if med is not None and len(ratios) >= 3 else None
     if low is not None and ls.get("first") is not None and ls["last"] > 0.98 * ls["first"] and not ls["learned"] \
             and not _flat_for_another_reason(w):
-        lr_low = True
         out.append(Finding("lr-too-low", where=w.step_where,
                            message=f"Each optimizer step changes the weights by only {low['ratio']:.2e} of their size "
                                    f"(median over {low['steps']} steps of {low['optimizer']}, lr={low['lr']:.3g}; at a "
@@ -233,47 +266,61 @@ def decide(w, ls: dict) -> list[Finding]:
                                    f"and the loss stays at {ls['first']:.4g} -> {ls['last']:.4g}.",
                            evidence={"update_to_weight_ratio": low["ratio"], "lr": low["lr"],
                                      "optimizer": low["optimizer"], "ratio_at_usual_lr": low["at_typical"]}))
+    return out
+
+
+def _gradient_records(w, ls: dict) -> list[dict]:
+    """The deep steps' gradient records before the loss went non-finite, with a finite largest ratio."""
     bad_step = ls["first_bad_step"]
-    recs = [r for r in w.grad_records if "max_rel" in r and (bad_step is None or r["step"] < bad_step)
+    return [r for r in w.grad_records if "max_rel" in r and (bad_step is None or r["step"] < bad_step)
             and math.isfinite(r["max_rel"])]
-    exploding = False
-    if recs:
-        ex = _exploding_evidence(w, ls, recs, diverged=diverged, went_bad=went_bad)
-        j["exploding"] = ex
-        if ex["big"] and ex["symptom"] and not lr_high:
-            exploding = True
-            out.append(Finding("exploding-gradients", where=w.step_where,
-                               message=f"Gradient norms reach {ex['rel']:.3g}x the norm of their weights "
-                                       f"({ex['which']} over {len(recs)} checked steps; {ex['rel_per_loss']:.3g}x per unit "
-                                       f"of loss; healthy is well below 1); total gradient norm up to "
-                                       f"{ex['peak_total']:.3g}; {ex['symptom']}.",
-                               evidence={"grad_to_weight_ratio": ex["rel"], "per_unit_of_loss": ex["rel_per_loss"],
-                                         "steps_checked": len(recs), "symptom": ex["symptom"],
-                                         "nonfinite_gradient_steps": ex["nonfinite"]}))
-        deep = [r for r in recs if r.get("n_mats", 0) >= 4 and r["last_rel"] > 0 and math.isfinite(r["first_rel"])]
-        if len(deep) >= 3:
-            q = median([r["first_rel"] / r["last_rel"] for r in deep])
-            # Adam & co. rescale each weight's gradient by its own size: a small first-layer gradient still
-            # moves the first layer by ~lr, so the ratio alone is no harm there
-            if q < 1e-3 and kinds and kinds <= {"adaptive"}:
-                j["undecided"]["vanishing-gradients"] = (
-                    f"the first layer's gradients are {q:.1e} times the last layer's (relative to their weights), "
-                    "but the optimizer normalises each weight's gradient, so that alone does not stop it learning")
-            elif q < 1e-3:
-                out.append(Finding("vanishing-gradients", where=w.step_where,
-                                   message=f"Relative to their weights, the first layer's gradients are {q:.2e} times "
-                                           f"those of the last layer (median over {len(deep)} steps, "
-                                           f"{deep[0]['n_mats']} weight matrices).",
-                                   evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
-    w.lr_flags = {"high": lr_high, "low": lr_low, "exploding": exploding}
-    out.extend(decide_accumulation(w))
-    out.extend(_decide_autocast(w))
+
+
+def _exploding_gradients(w, ls: dict, recs: list[dict], ev: dict, *, lr_high: bool) -> list[Finding]:
+    """exploding-gradients: gradients large against their weights, with a symptom (unless lr-too-high)."""
+    if not recs:
+        return []
+    out: list[Finding] = []
+    j, diverged, went_bad = jstate(w), ev["diverged"], ev["went_bad"]
+    ex = _exploding_evidence(w, ls, recs, diverged=diverged, went_bad=went_bad)
+    j["exploding"] = ex
+    if ex["big"] and ex["symptom"] and not lr_high:
+        out.append(Finding("exploding-gradients", where=w.step_where,
+                           message=f"Gradient norms reach {ex['rel']:.3g}x the norm of their weights "
+                                   f"({ex['which']} over {len(recs)} checked steps; {ex['rel_per_loss']:.3g}x per unit "
+                                   f"of loss; healthy is well below 1); total gradient norm up to "
+                                   f"{ex['peak_total']:.3g}; {ex['symptom']}.",
+                           evidence={"grad_to_weight_ratio": ex["rel"], "per_unit_of_loss": ex["rel_per_loss"],
+                                     "steps_checked": len(recs), "symptom": ex["symptom"],
+                                     "nonfinite_gradient_steps": ex["nonfinite"]}))
+    return out
+
+
+def _vanishing_gradients(w, recs: list[dict], kinds: set) -> list[Finding]:
+    """vanishing-gradients: the first layer's gradients tiny against the last layer's (relative to weights)."""
+    out: list[Finding] = []
+    j = jstate(w)
+    deep = [r for r in recs if r.get("n_mats", 0) >= 4 and r["last_rel"] > 0 and math.isfinite(r["first_rel"])]
+    if len(deep) >= 3:
+        q = median([r["first_rel"] / r["last_rel"] for r in deep])
+        # Adam & co. rescale each weight's gradient by its own size: a small first-layer gradient still
+        # moves the first layer by ~lr, so the ratio alone is no harm there
+        if q < 1e-3 and kinds and kinds <= {"adaptive"}:
+            j["undecided"]["vanishing-gradients"] = (
+                f"the first layer's gradients are {q:.1e} times the last layer's (relative to their weights), "
+                "but the optimizer normalises each weight's gradient, so that alone does not stop it learning")
+        elif q < 1e-3:
+            out.append(Finding("vanishing-gradients", where=w.step_where,
+                               message=f"Relative to their weights, the first layer's gradients are {q:.2e} times "
+                                       f"those of the last layer (median over {len(deep)} steps, "
+                                       f"{deep[0]['n_mats']} weight matrices).",
+                               evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
     return out
 
 
 # --------------------------------------------------------------------------- backward-in-autocast
-# watch.Watcher._note_autocast asks torch.is_autocast_enabled(device type) as each backward() and each
-# optimizer.step() starts: on means the call sits inside the script's `with torch.autocast(...)` block.
+# Watcher._note_autocast (backward_hooks.py) asks torch.is_autocast_enabled(device type) as each backward()
+# and each optimizer.step() starts: on means the call sits inside the script's `with torch.autocast(...)` block.
 
 def _decide_autocast(w) -> list[Finding]:
     use = w.autocast_use
