@@ -42,3 +42,9 @@ def test_bench_device_augment_prints_its_ratio():
     pytest.importorskip("torchvision")
     out = run("bench_device_augment.py", "--batch", "16", "--repeats", "1")
     assert re.search(r"\d+(\.\d+)?x", out), out
+
+
+def test_bench_recipes_prints_each_recipe_against_the_plain_run():
+    out = run("recipes_digits.py", "--epochs", "1", "--seeds", "0")
+    rows = [line for line in out.splitlines() if "%" in line and not line.startswith("(")]
+    assert [r.split("  ")[0].strip() for r in rows][:2] == ["plain", "EMA (decay 0.99)"] and len(rows) == 6, out
