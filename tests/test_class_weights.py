@@ -200,7 +200,7 @@ def test_cli_balanced_run_records_train_split_weights_and_finds_the_rare_class(i
 def test_the_trainer_gets_a_really_weighted_cross_entropy(imbalanced_csv, tmp_path):
     """In process, through the same train_run the CLI runs: the Trainer's loss on a real batch is the
     weighted mean sum_i w[y_i] * nll_i / sum_i w[y_i], and the saved weights are the ones it uses."""
-    from torchwise.cli.train import train_run
+    from torchwise.run.train_run import train_run
 
     config = cfg.resolve(flags={"data": str(imbalanced_csv), "target": "label", "out": str(tmp_path / "run"),
                                 "max_steps": "2", "batch_size": "64"},

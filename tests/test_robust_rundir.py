@@ -141,12 +141,12 @@ def _saved(base: Path) -> dict:
 @pytest.mark.parametrize("key", SETTINGS)
 def test_every_setting_changed_on_resume_is_applied_ignored_or_refused(key, base):
     from torchwise import config as cfg
-    from torchwise.cli import train as train_cli
+    from torchwise.run import resume
 
     section, _, name = key.partition(".")
     saved = _saved(base)[section][name]
     text = changed_text(key, dict(_fields())[key], saved)
-    policy = train_cli.resume_policy(key, "step")
+    policy = resume.resume_policy(key, "step")
     if policy == "refused":
         error = refused(base, "train", "--out", base, "--resume", "--set", f"{key}={text}",
                         must_say=(key, f"saved {saved}", "given", "--weights"))
@@ -155,7 +155,7 @@ def test_every_setting_changed_on_resume_is_applied_ignored_or_refused(key, base
     asked = cfg.resolve(base=cfg.load_yaml(base / "config.yaml"), sets=[f"{key}={text}"],
                         flags={"resume": True, "out": str(base)})
     lines: list[str] = []
-    plan = train_cli.plan_resume(asked, base, base / "checkpoints" / "step-000000008", log=lines.append)
+    plan = resume.plan_resume(asked, base, base / "checkpoints" / "step-000000008", log=lines.append)
     used = plan.to_dict()[section][name]
     given = asked.to_dict()[section][name]
     said = "\n".join(lines)

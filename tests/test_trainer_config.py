@@ -72,7 +72,7 @@ def test_an_old_name_is_mapped_and_named_in_its_errors():
 def test_every_cli_train_key_is_a_trainer_setting_of_the_same_name_or_cli_only():
     import dataclasses
 
-    from torchwise.cli.train import CLI_ONLY, trainer_settings
+    from torchwise.run.trainer_setup import CLI_ONLY, trainer_settings
     from torchwise.config import RunConfig, TrainConfig
 
     for f in dataclasses.fields(TrainConfig):

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from torchwise.cli import train as train_cmd
     from torchwise.data.digits import write_digits
     from torchwise.export import export_verify_predict
+    from torchwise.run.train_run import train_run
 
     out = Path(args.out)
     started = time.perf_counter()
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     print("demo: torchwise train " + " ".join(shlex.quote(a) for a in argv))
     parser = argparse.ArgumentParser(prog="torchwise train")
     train_cmd.add_arguments(parser)
-    summary = train_cmd.train_run(train_cmd.resolve_config(parser.parse_args(argv)))
+    summary = train_run(train_cmd.resolve_config(parser.parse_args(argv)))
     accuracy = summary["evaluation"]["accuracy"]
     # The chain's last links: export to ONNX, verify it against PyTorch with onnxruntime, and predict
     # one validation image from the .onnx file alone.

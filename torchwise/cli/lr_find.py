@@ -33,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from torchwise.data.tasks import prepare_task
-    from torchwise.train.lr_find import run_lr_find
     from torchwise.models import build_model
+    from torchwise.run.trainer_setup import make_trainer
+    from torchwise.train.lr_find import run_lr_find
     from torchwise.train.reproducibility import seed_everything
 
     config = train_cli.resolve_config(args)
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     task = prepare_task(config, None)
     seed_everything(config.train.seed)
     model = build_model(**task.model_kwargs, weights=config.model.weights)
-    trainer = train_cli._make_trainer(config, task, model, None, task.meta())
+    trainer = make_trainer(config, task, model, None, task.meta())
     result = run_lr_find(trainer, plot=out / "lr_find.png", start_lr=args.start_lr, end_lr=args.end_lr,
                          num_steps=args.steps, rule=args.rule)
     (out / "lr_find.json").write_text(json.dumps(result.to_dict(), indent=2))

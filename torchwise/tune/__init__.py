@@ -5,8 +5,8 @@
 
 Modules: space.py (search spaces, validated against torchwise.config), study.py (storage, trial
 accounting, crash recovery), worker.py (one process running trials), search.py (the
-coordinator: `tune`), results.py (table, CSV, best.yaml, plots). Nothing here imports optuna or
-torch at import time.
+coordinator: `tune`), results.py (table, CSV, best.yaml, plots, the TuneResult). Nothing here
+imports optuna or torch at import time.
 """
 from __future__ import annotations
 

@@ -1,15 +1,34 @@
 """What a finished (or resumed-and-finished) search leaves: trials.csv and a printed table,
-best.yaml ready for `torchwise train --config`, PNG plots and summary.json."""
+best.yaml ready for `torchwise train --config`, PNG plots and summary.json, and the TuneResult
+`torchwise.tune` returns (here, below search.py, which only calls write_results)."""
 from __future__ import annotations
 
 import csv
 import json
 import math
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from torchwise.errors import TorchwiseError
+
+
+@dataclass
+class TuneResult:
+    study_dir: Path
+    storage: str
+    study_name: str
+    metric: str
+    direction: str
+    best_value: float | None
+    best_params: dict[str, Any]
+    best_trial: int | None
+    best_config_path: Path | None
+    counts: dict[str, int]               # trials by state: complete, pruned, fail, interrupted, running, waiting
+    table_path: Path
+    plots: list[Path] = field(default_factory=list)
+    applied_path: Path | None = None
 
 
 def trial_rows(study, settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -118,8 +137,6 @@ def write_plots(study, study_dir: Path, log: Callable[[str], None]) -> list[Path
 def write_results(study, study_dir: Path, url: str, name: str, settings: dict[str, Any], *,
                   apply: str | Path | None, log: Callable[[str], None]):
     import yaml
-
-    from torchwise.tune.search import TuneResult
 
     metric, direction = settings["metric"], settings["direction"]
     complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]

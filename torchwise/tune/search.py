@@ -16,34 +16,16 @@ and the search stops when the study holds `trials` trials.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from torchwise.errors import ConfigError, TorchwiseError
-
-
-@dataclass
-class TuneResult:
-    study_dir: Path
-    storage: str
-    study_name: str
-    metric: str
-    direction: str
-    best_value: float | None
-    best_params: dict[str, Any]
-    best_trial: int | None
-    best_config_path: Path | None
-    counts: dict[str, int]               # trials by state: complete, pruned, fail, interrupted, running, waiting
-    table_path: Path
-    plots: list[Path] = field(default_factory=list)
-    applied_path: Path | None = None
+from torchwise.tune.results import TuneResult, write_results
 
 
 def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None, storage: str | None = None,
@@ -75,12 +57,7 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     base = _base_config(config, sets)
     params = load_space(space)
-    _check_int("trials", trials, 1)
-    _check_int("parallel", parallel, 1)
-    _check_int("max_failures", max_failures, 1)
-    if pruner not in st.PRUNERS:
-        st.make_pruner(pruner, trials)  # raises the error with the allowed names
-    direction = st.direction_for(metric, direction)
+    direction = _check_arguments(trials, parallel, max_failures, pruner, metric, direction)
     # Without `out`: next to the config's run directory (never inside it: it may hold a finished run).
     study_dir = Path(out or (f"{base.output.dir.rstrip('/')}-tune" if base.output.dir else "tune")).resolve()
     study_dir.mkdir(parents=True, exist_ok=True)
@@ -88,27 +65,47 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
     name = study_name or st.DEFAULT_STUDY
     base_dict = base.to_dict()
     settings = {"space": space_to_dict(params), "metric": metric, "direction": direction, "base_config": base_dict}
+    study, study_storage = _open_study(url, name, settings, direction, study_dir, log)
+    for item in enqueue or []:
+        study.enqueue_trial(_check_enqueued(dict(item), params), skip_if_exists=True)
+    st.recover_interrupted(study, study_storage, study_dir, log)
+    todo = max(0, trials - st.counted(study))
+    if todo:
+        log(f"tune: {st.counted(study)} of {trials} trials already in the study; running {todo} more, "
+            f"{min(parallel, todo)} at a time (pruner: {pruner}, {metric} -> {direction[:3]})")
+        _run_workers(study, study_storage, study_dir, url, name, trials=trials, parallel=min(parallel, todo),
+                     pruner=pruner, seed=seed + len(study.trials), max_failures=max_failures, log=log)
+    else:
+        log(f"tune: the study already holds {trials} trials; writing the results")
+    return write_results(study, study_dir, url, name, settings, apply=apply, log=log)
+
+
+def _check_arguments(trials: Any, parallel: Any, max_failures: Any, pruner: str, metric: str,
+                     direction: str | None) -> str:
+    """The search's own arguments checked before anything is written; the direction the metric is optimized in."""
+    from torchwise.tune import study as st
+
+    _check_int("trials", trials, 1)
+    _check_int("parallel", parallel, 1)
+    _check_int("max_failures", max_failures, 1)
+    if pruner not in st.PRUNERS:
+        st.make_pruner(pruner, trials)  # raises the error with the allowed names
+    return st.direction_for(metric, direction)
+
+
+def _open_study(url: str, name: str, settings: dict[str, Any], direction: str, study_dir: Path,
+                log: Callable[[str], None]):
+    """(the study, its storage): a new one, or the one this directory's search started (same settings)."""
+    from torchwise.tune import study as st
+
     new = not _study_exists(url, name)
     if new and any((study_dir / "trials").glob("trial-*")):
         raise TorchwiseError("The study directory already holds trial runs, but the storage has no such study.",
                              values={"out": str(study_dir), "storage": url, "study": name},
                              fix="choose a new --out, or pass the --storage/--study-name this search was started with")
-    study = st.create_or_load(url, name, settings, direction)
+    study, study_storage = st.create_or_load(url, name, settings, direction)
     log(f"tune: study {name!r} in {url} ({'new' if new else 'resumed'}); trial runs under {study_dir / 'trials'}")
-    for item in enqueue or []:
-        study.enqueue_trial(_check_enqueued(dict(item), params), skip_if_exists=True)
-    st.recover_interrupted(study, study_dir, log)
-    todo = max(0, trials - st.counted(study))
-    if todo:
-        log(f"tune: {st.counted(study)} of {trials} trials already in the study; running {todo} more, "
-            f"{min(parallel, todo)} at a time (pruner: {pruner}, {metric} -> {direction[:3]})")
-        _run_workers(study, study_dir, url, name, trials=trials, parallel=min(parallel, todo), pruner=pruner,
-                     seed=seed + len(study.trials), max_failures=max_failures, log=log)
-    else:
-        log(f"tune: the study already holds {trials} trials; writing the results")
-    from torchwise.tune.results import write_results
-
-    return write_results(study, study_dir, url, name, settings, apply=apply, log=log)
+    return study, study_storage
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
@@ -118,6 +115,7 @@ def _check_int(name: str, value: Any, low: int) -> None:
 
 def _base_config(config: Any, sets: list[str] | None):
     from torchwise import config as cfg
+    from torchwise.run.directory import with_absolute_paths
 
     if isinstance(config, cfg.RunConfig):
         base = config
@@ -135,10 +133,7 @@ def _base_config(config: Any, sets: list[str] | None):
         raise ConfigError("The run config names no data.", values={"data.path": None},
                           fix="set data.path in the config (or --set data.path=FOLDER_OR_CSV)")
     # Workers and the final `train --config best.yaml` may run from anywhere.
-    data = dataclasses.replace(base.data, path=str(Path(base.data.path).resolve()))
-    model = dataclasses.replace(base.model, weights=str(Path(base.model.weights).resolve())
-                                if base.model.weights else None)
-    return dataclasses.replace(base, data=data, model=model)
+    return with_absolute_paths(base)
 
 
 def _check_enqueued(item: dict[str, Any], params) -> dict[str, Any]:
@@ -164,8 +159,8 @@ def _study_exists(url: str, name: str) -> bool:
     return any(s.study_name == name for s in optuna.get_all_study_summaries(storage=open_storage(url)))
 
 
-def _run_workers(study, study_dir: Path, url: str, name: str, *, trials: int, parallel: int, pruner: str,
-                 seed: int, max_failures: int, log: Callable[[str], None]) -> None:
+def _run_workers(study, study_storage, study_dir: Path, url: str, name: str, *, trials: int, parallel: int,
+                 pruner: str, seed: int, max_failures: int, log: Callable[[str], None]) -> None:
     """Start `parallel` worker processes, relay their lines to `log`, wait for all of them."""
     from torchwise.tune import study as st
 
@@ -194,13 +189,13 @@ def _run_workers(study, study_dir: Path, url: str, name: str, *, trials: int, pa
                 proc.kill()
         for proc in procs:
             proc.wait()
-        st.recover_interrupted(study, study_dir, log)
+        st.recover_interrupted(study, study_storage, study_dir, log)
         log("tune: search interrupted; run the same command again to resume (finished trials are kept)")
         raise
     finally:
         for relay in relays:
             relay.join(timeout=5)
-    st.recover_interrupted(study, study_dir, log)  # a worker that crashed hard (segfault, OOM killer) left its trial
+    st.recover_interrupted(study, study_storage, study_dir, log)  # a worker that crashed hard (segfault, OOM killer) left its trial
     stopped = [c for c in codes if c == 3]
     if stopped:
         from optuna.trial import TrialState

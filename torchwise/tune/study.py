@@ -86,7 +86,9 @@ def comparable(config_dict: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def create_or_load(url: str, name: str, settings: dict[str, Any], direction: str):
-    """The study named `name`; a new one stores `settings`; an existing one must have the same."""
+    """(the study named `name`, its storage); a new study stores `settings`; an existing one must have the same.
+
+    The storage comes back too: recover_interrupted writes through it (see _mark_interrupted)."""
     import optuna
 
     storage = open_storage(url)
@@ -97,14 +99,14 @@ def create_or_load(url: str, name: str, settings: dict[str, Any], direction: str
             raise TorchwiseError("The storage holds a study of this name that torchwise did not create.",
                                  values={"storage": url, "study": name}, fix="pass another --study-name")
         study.set_user_attr("settings", settings)
-        return study
+        return study, storage
     mismatch = _differences(stored, settings)
     if mismatch:
         raise ConfigError("This study was started with other settings; resuming it with these would mix "
                           "incomparable trials.", values={"study": name, "storage": url, **mismatch},
                           fix="rerun with the original --config/--space/--metric to resume, or start a new "
                               "study with another --out (or --study-name)")
-    return study
+    return study, storage
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -174,11 +176,12 @@ def _alive(pid: Any, marker: str | None) -> bool:
     return True
 
 
-def recover_interrupted(study, study_dir: Path, log) -> int:
+def recover_interrupted(study, storage, study_dir: Path, log) -> int:
     """RUNNING trials left by a killed process on this machine -> FAIL (interrupted), params re-queued.
 
     A trial is orphaned when its worker or the coordinator that started the worker is gone (the
-    worker dies with its coordinator). Trials run from another machine are left alone.
+    worker dies with its coordinator). Trials run from another machine are left alone. `storage`
+    is the study's storage, as create_or_load returns it.
     """
     import datetime
 
@@ -186,9 +189,8 @@ def recover_interrupted(study, study_dir: Path, log) -> int:
 
     host = socket.gethostname()
     now = datetime.datetime.now()
-    local = study_storage_is_local(study)
+    local = storage_is_local(storage)
     fixed = 0
-    storage = study._storage
     with claim_lock(study_dir):  # live workers record their process before they let go of this lock
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             attrs = trial.user_attrs
@@ -206,18 +208,24 @@ def recover_interrupted(study, study_dir: Path, log) -> int:
     return fixed
 
 
-def study_storage_is_local(study) -> bool:
-    url = str(getattr(getattr(study._storage, "_backend", study._storage), "url", ""))
-    return url.startswith("sqlite")
+def storage_is_local(storage) -> bool:
+    """A SQLite file: only processes on this machine can be running its trials."""
+    return str(getattr(storage, "url", "")).startswith("sqlite")
 
 
 def _mark_interrupted(study, storage, trial, log) -> None:
     from optuna.trial import TrialState
 
-    storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-    storage.set_trial_user_attr(trial._trial_id, "fail_reason",
+    # The trial is another (dead) process's. Optuna's public way to set a trial's user attributes is the
+    # Trial object of the process that asked for it, gone with that process; the storage's own API
+    # (public on every Optuna storage) sets them by the trial's id, found from the study's name and the
+    # trial's number. They go in first: a finished trial's attributes can no longer change.
+    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
+                                                               trial.number)
+    storage.set_trial_user_attr(trial_id, "interrupted", True)
+    storage.set_trial_user_attr(trial_id, "fail_reason",
                                 "interrupted: its process was killed before the trial finished")
-    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    study.tell(trial.number, state=TrialState.FAIL)  # a trial number: any process may finish a RUNNING trial
     if trial.params:
         study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
     log(f"tune: trial {trial.number} was interrupted (its process is gone); marked failed, parameters queued again")

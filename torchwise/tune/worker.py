@@ -46,10 +46,9 @@ def _die_with_parent() -> None:
 def run_training(config, on_evaluation: Callable[..., Any], log: Callable[[str], None]) -> dict[str, Any]:
     """One `torchwise train` run of `config`, calling on_evaluation(trainer=, step=, metrics=) after
     each validation."""
-    from torchwise.cli import train as train_cmd
+    from torchwise.run.train_run import train_run
 
-    return train_cmd.train_run(config, log=log,
-                               on_trainer=lambda trainer: trainer.on("evaluation_end", on_evaluation))
+    return train_run(config, log=log, on_trainer=lambda trainer: trainer.on("evaluation_end", on_evaluation))
 
 
 class _Reporter:
@@ -120,8 +119,7 @@ def claim_trial(study):
 
 
 def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: int | None, say) -> None:
-    from optuna.trial import TrialState
-
+    """Train one claimed trial in STUDY/trials/trial-NNNN/ (its lines in train.log) and tell the study how it went."""
     from torchwise.tune.space import Param
 
     run_dir = study_dir / "trials" / f"trial-{trial.number:04d}"
@@ -148,20 +146,23 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
         log_file.close()
     if error is not None:
         _release_memory()  # here, once the exception and the tensors its frames held are gone
-        trial.set_user_attr("fail_reason", error)
         trial.set_user_attr("duration_s", round(time.perf_counter() - started, 2))
-        study.tell(trial, state=TrialState.FAIL)
-        say(f"trial {trial.number}: FAILED {error}")
+        _fail(study, trial, error, say)
         return
-    duration = round(time.perf_counter() - started, 2)
+    _tell_outcome(study, trial, reporter, summary, config, settings["metric"],
+                  round(time.perf_counter() - started, 2), say)
+
+
+def _tell_outcome(study, trial, reporter: _Reporter, summary: dict[str, Any], config, metric: str, duration: float,
+                  say) -> None:
+    """A trial whose run ended: complete with its best value, pruned, or failed (no metric, never finite)."""
+    from optuna.trial import TrialState
+
     trial.set_user_attr("duration_s", duration)
     trial.set_user_attr("evaluations", len(reporter.values))
-    metric = settings["metric"]
     if reporter.missing is not None:
-        reason = f"metric {metric!r} is not among this run's validation metrics ({', '.join(reporter.missing)})"
-        trial.set_user_attr("fail_reason", reason)
-        study.tell(trial, state=TrialState.FAIL)
-        say(f"trial {trial.number}: FAILED {reason}")
+        _fail(study, trial, f"metric {metric!r} is not among this run's validation metrics "
+                            f"({', '.join(reporter.missing)})", say)
         return
     if reporter.pruned_at is not None and _ran_to_the_end(summary, config):
         reporter.pruned_at = None  # flagged at its last evaluation: it saved nothing, the result is real
@@ -172,14 +173,19 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
         return
     value = reporter.best()
     if not math.isfinite(value):
-        reason = f"{metric} was never finite ({reporter.values[-3:]})" if reporter.values else \
-            f"no validation ran, so there is no {metric} (is there validation data?)"
-        trial.set_user_attr("fail_reason", reason)
-        study.tell(trial, state=TrialState.FAIL)
-        say(f"trial {trial.number}: FAILED {reason}")
+        _fail(study, trial, f"{metric} was never finite ({reporter.values[-3:]})" if reporter.values else
+              f"no validation ran, so there is no {metric} (is there validation data?)", say)
         return
     study.tell(trial, value)
     say(f"trial {trial.number}: done   {metric} {value:.4g} ({len(reporter.values)} evaluations, {duration:.1f} s)")
+
+
+def _fail(study, trial, reason: str, say) -> None:
+    from optuna.trial import TrialState
+
+    trial.set_user_attr("fail_reason", reason)
+    study.tell(trial, state=TrialState.FAIL)
+    say(f"trial {trial.number}: FAILED {reason}")
 
 
 def _ran_to_the_end(summary: dict[str, Any], config) -> bool:
