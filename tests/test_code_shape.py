@@ -19,65 +19,13 @@ MAX_FUNCTION_LINES = 60
 # "Over 60 lines: ...".
 WHY_LONG = re.compile(r"long because|long on purpose|over 60 lines", re.IGNORECASE)
 
-# Issue 17 shrinks these lists to nothing; the tests fail on any new entry and on a listed one that is fixed.
-KNOWN_LONG_FILES: set[str] = {
-    'torchwise/cli/train.py',
-    'torchwise/data/imagefolder.py',
-    'torchwise/data/tabular.py',
-    'torchwise/diagnose/catalog.py',
-    'torchwise/diagnose/checks/data.py',
-    'torchwise/diagnose/checks/losses.py',
-    'torchwise/diagnose/checks/optim.py',
-    'torchwise/diagnose/watch.py',
-    'torchwise/env/doctor.py',
-}
-KNOWN_LONG_FUNCTIONS: set[str] = {
-    'torchwise/cli/check.py:_report (73 lines)',
-    'torchwise/data/image_cache.py:open_or_build_disk (71 lines)',
-    'torchwise/data/imagefolder.py:scan_image_folder (104 lines)',
-    'torchwise/data/imagefolder.py:to_standard (64 lines)',
-    'torchwise/data/tabular.py:TabularEncoder.fit (78 lines)',
-    'torchwise/data/tabular.py:load_tabular (91 lines)',
-    'torchwise/data/tasks.py:_prepare_image (83 lines)',
-    'torchwise/diagnose/checks/data.py:loss_average_wrong_count (69 lines)',
-    'torchwise/diagnose/checks/losses.py:_inspect_classification (63 lines)',
-    'torchwise/diagnose/checks/losses.py:decide (88 lines)',
-    'torchwise/diagnose/checks/model.py:decide (124 lines)',
-    'torchwise/diagnose/checks/optim.py:decide (87 lines)',
-    'torchwise/diagnose/watch.py:Watcher.__init__ (141 lines)',
-    'torchwise/diagnose/watch.py:Watcher._root_pre_impl (64 lines)',
-    'torchwise/export/api.py:export_and_verify (83 lines)',
-    'torchwise/export/onnx.py:export_onnx (65 lines)',
-    'torchwise/export/torchscript.py:export_torchscript (62 lines)',
-    'torchwise/numbers.py:decide_column (71 lines)',
-    'torchwise/script_check/runner.py:run_script (67 lines)',
-    'torchwise/tune/search.py:tune (63 lines)',
-    'torchwise/tune/worker.py:run_trial (61 lines)',
-}
-KNOWN_PRIVATE_READS: set[str] = {
-    'torchwise/cli/lr_find.py:train_cli._make_trainer',
-    'torchwise/data/tabular.py:encoder._rows',
-    'torchwise/data/tabular.py:encoder._values',
-    'torchwise/diagnose/checks/losses.py:w._phase',
-    'torchwise/diagnose/checks/losses.py:w._tw_masks',
-    'torchwise/diagnose/checks/losses.py:w._tw_rows_of',
-    'torchwise/diagnose/checks/losses.py:w._tw_tokens',
-    'torchwise/diagnose/checks/optim.py:w._deep',
-    'torchwise/diagnose/probes.py:from torchwise.diagnose.watch import _is_user_file',
-    'torchwise/diagnose/watch.py:w._deep',
-    'torchwise/diagnose/watch.py:w._loss_scope',
-    'torchwise/diagnose/watch.py:w._mode',
-    'torchwise/diagnose/watch.py:watcher._deep',
-    'torchwise/env/doctor.py:cuda_info._fmt',
-    'torchwise/export/pt2.py:from torchwise.export.onnx import _at_least_two',
-    'torchwise/export/torchscript.py:from torchwise.export.onnx import _at_least_two',
-    'torchwise/script_check/follow.py:from torchwise.diagnose.watch import _is_user_file',
-    'torchwise/script_check/runner.py:from torchwise.diagnose.watch import _is_user_file',
-    'torchwise/script_check/runner.py:tap._tw_on',
-}
+# Empty since issue 17: the tests fail on any new entry (and on a listed one that is fixed).
+KNOWN_LONG_FILES: set[str] = set()
+KNOWN_LONG_FUNCTIONS: set[str] = set()
+KNOWN_PRIVATE_READS: set[str] = set()
 # Third-party privates whose names torchwise also assigns (so the scan cannot tell them apart), with why.
 THIRD_PARTY: dict[str, str] = {
-    "torchwise/diagnose/watch.py:_warnings._showwarnmsg": "the warnings module's one hook that sees every "
+    "torchwise/diagnose/function_mode.py:_warnings._showwarnmsg": "the warnings module's one hook that sees every "
         "warning with its frame; the watcher wraps it and restores it (public showwarning misses filters)",
     "torchwise/train/step_wrappers.py:p._version": "a tensor's version counter (torch's): how the compile "
         "fallback knows whether a failed step already changed a parameter in place",

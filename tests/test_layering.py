@@ -24,8 +24,8 @@ The order, bottom to top, and why each sits where it does:
     (package)   torchwise/__init__.py and __main__.py: the public facade, on top of everything
 
 Every import counts, also the ones inside functions (those are only deferred, not absent). The
-imports that point up today are listed in KNOWN_UPWARD with the reason; the test fails on any other
-(a new upward import) and on a listed one that is gone (so the list only shrinks).
+imports that point up would be listed in KNOWN_UPWARD with the reason (none is today); the test fails
+on any other (a new upward import) and on a listed one that is gone (so the list only shrinks).
 """
 from __future__ import annotations
 
@@ -35,13 +35,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "torchwise"
 
-LAYERS = ["version", "errors", "files", "numbers", "config", "weights", "models", "data", "diagnose", "train", "toolbox", "script_check", "report", "export",
-          "predict", "run", "tune", "env", "cli", "(package)"]
+LAYERS = ["version", "errors", "files", "numbers", "config", "weights", "models", "data", "diagnose", "train",
+          "toolbox", "script_check", "report", "export", "predict", "run", "tune", "env", "cli", "(package)"]
 
-# (from layer, to layer): why it still points up. Issue 17 moves these; remove a line when its import goes.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("export", "predict"): "export's verification previews a prediction; predict reads export/metadata (a cycle)",
-}
+# (from layer, to layer): why it points up. Empty since issue 17; an entry here needs a reason the review accepts.
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> str:
@@ -161,13 +159,9 @@ def import_cycles(root: Path = ROOT) -> list[list[str]]:
     return sorted(found)
 
 
-# Import cycles still there, each to be broken (issue 17); the test fails on any other and on a listed
-# one that is gone.
-KNOWN_CYCLES: list[list[str]] = [
-    ["torchwise.diagnose.checks", "torchwise.diagnose.checks.data", "torchwise.diagnose.checks.losses",
-     "torchwise.diagnose.checks.model", "torchwise.diagnose.checks.optim", "torchwise.diagnose.probes",
-     "torchwise.diagnose.watch"],
-]
+# Import cycles tolerated, each with its reason (none since issue 17); the test fails on any other and
+# on a listed one that is gone.
+KNOWN_CYCLES: list[list[str]] = []
 
 
 def test_no_import_cycle_between_modules():

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchwise.cli import train as train_cmd
     from torchwise.data.digits import write_digits
-    from torchwise.export import export_verify_predict
+    from torchwise.cli.export import export_verify_predict
     from torchwise.run.train_run import train_run
 
     out = Path(args.out)

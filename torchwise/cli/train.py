@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--num-workers", metavar="N", help="DataLoader workers (default auto)")
     model = parser.add_argument_group("model")
     model.add_argument("--model", metavar="NAME", help="auto (default), smallcnn, mlp, resnet18, mobilenet_v3_small, "
-                                                       "efficientnet_b0, ... or pkg.module:callable")
+                                                       "efficientnet_b0, ..., timm:NAME (timm:convnext_atto) or pkg.module:callable")
     model.add_argument("--weights", metavar="FILE", help="LOCAL pretrained state dict (.safetensors/.pt)")
     model.add_argument("--freeze-backbone", action="store_const", const=True,
                        help="train only the new classification head")

@@ -25,10 +25,6 @@ _LAZY = {
     "ExportMismatchError": "torchwise.export.verify",
     "export_torchscript": "torchwise.export.torchscript",
     "export_pt2": "torchwise.export.pt2",
-    # Transitional: export_verify_predict composes export and predict (the layer above), so it lives
-    # in torchwise.cli.export; the name stays resolvable here only until torchwise/cli/demo.py
-    # imports it from there. Remove this line then: export must not reach up to the cli.
-    "export_verify_predict": "torchwise.cli.export",
 }
 
 __all__ = sorted(_LAZY)

@@ -18,7 +18,11 @@ def optimizer_factory(train_cfg):
     import torch
 
     def make(params, fused: bool = False):  # `fused`: the Trainer's fast plan decides (train.fast)
-        trainable = [p for p in params if p.requires_grad]  # a frozen backbone is not optimized
+        params = list(params)
+        if params and isinstance(params[0], dict):  # head/backbone groups (train.backbone_lr_scale)
+            trainable = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in params]
+        else:
+            trainable = [p for p in params if p.requires_grad]  # a frozen backbone is not optimized
         if train_cfg.optimizer == "sgd":
             return torch.optim.SGD(trainable, lr=train_cfg.lr, momentum=0.9, nesterov=True,
                                    weight_decay=train_cfg.weight_decay, fused=fused or None)
