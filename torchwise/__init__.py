@@ -32,6 +32,12 @@ _LAZY = {
     "tune": "torchwise.tune",
     "tune_loader": "torchwise.data.tune_loader",
     "class_weights": "torchwise.data.class_weights",
+    "param_groups": "torchwise.models",
+    "head_parameters": "torchwise.models",
+    "backbone_parameters": "torchwise.models",
+    "EMA": "torchwise.train.ema",
+    "BatchMix": "torchwise.train.mixing",
+    "Logger": "torchwise.train.loggers",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
