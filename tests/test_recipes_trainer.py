@@ -48,7 +48,8 @@ def test_with_ema_the_average_is_evaluated_kept_and_written_as_final(tmp_path):
 def _mixed_run(out_dir, stop_at=None, resume=False):
     x, y = digits()
     trainer = Trainer(cnn(), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), train_data=(x[:512], y[:512]),
-                      max_steps=12, batch_size=32, mixup=0.4, cutmix=1.0, checkpoint_every=3, out_dir=out_dir,
+                      max_steps=12, batch_size=32, mixup=0.4, cutmix=1.0, ema_decay=0.8, checkpoint_every=3,
+                      out_dir=out_dir,
                       resume=resume, seed=5, **QUIET)
     if stop_at is not None:
         trainer.on("step_end", lambda step, trainer, **_: trainer.request_stop() if step == stop_at else None)
@@ -56,7 +57,7 @@ def _mixed_run(out_dir, stop_at=None, resume=False):
     return load_file(str(out_dir / "final" / "model.safetensors"))
 
 
-def test_mixup_and_cutmix_train_and_a_resumed_run_mixes_the_same_batches_the_same_way(tmp_path):
+def test_mixup_cutmix_and_ema_resume_exactly_a_resumed_run_mixes_and_averages_the_same(tmp_path):
     torch.set_num_threads(1)
     whole = _mixed_run(tmp_path / "whole")
     _mixed_run(tmp_path / "split", stop_at=6)

@@ -79,3 +79,15 @@ def test_a_new_stage_with_fsdp_is_refused():
     with pytest.raises(TorchwiseError) as err:
         trainer.fit(max_steps=1)
     assert "fsdp" in str(err.value)
+
+
+def test_the_staged_example_passes_the_checks_without_findings(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("staged", Path(__file__).resolve().parents[1] / "examples" /
+                                                  "staged_finetuning.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    head, whole = module.train_in_stages(tmp_path / "run", progress=False, tensorboard=False)  # checks on
+    assert head.findings == [] and whole.findings == [], (head.findings, whole.findings)
+    assert whole.history[-1]["val_acc"] > head.history[-1]["val_acc"] - 0.05

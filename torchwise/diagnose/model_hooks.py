@@ -17,6 +17,7 @@ from torchwise.diagnose.checks import step_record, symmetry
 from torchwise.diagnose.health import IDLE_FORWARDS
 from torchwise.diagnose.tensors import all_finite, compiling, quiet
 from torchwise.diagnose.user_code import user_where, where_defined
+from torchwise.models.structure import has_convolutions
 
 
 def _behaves_by_mode(m: nn.Module) -> bool:
@@ -74,7 +75,7 @@ class ModelHooks:
             module=module, label=type(module).__name__, module_ids=set(names), names=names,
             param_names={id(p): n for n, p in module.named_parameters()},
             has_mode_layers=any(_behaves_by_mode(m) for m in module.modules()),
-            has_conv=any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules()),
+            has_conv=has_convolutions(module),
             lazy=any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters()),
         )
         self.roots[id(module)] = info

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchwise.models.structure import has_convolutions
+
 
 LIMIT = 8  # more different sample shapes than this, and benchmark mode searches more than it saves
 SAMPLE_SHAPES_KEPT = 1000  # distinct per-sample input shapes the checker remembers (it needs LIMIT + 1 to judge)
@@ -56,7 +58,7 @@ def sample_shape_key(inputs: tuple[Any, ...]) -> tuple:
 def wanted(model: nn.Module, device: torch.device) -> bool:
     """Only a CUDA run with convolutions and benchmark mode on has anything to lose."""
     return (device.type == "cuda" and torch.backends.cudnn.benchmark
-            and any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()))
+            and has_convolutions(model))
 
 
 def show_shape(key: tuple) -> str:

@@ -1,7 +1,8 @@
 """Validation metrics of a model's outputs against the targets, and the examples it got most wrong.
 
 The same functions score a run at its end (evaluation.py, into eval.json) and `torchwise eval` on a
-run or checkpoint later, so both report the same numbers.
+run or checkpoint later, so both report the same numbers; accuracy and top-5 are counted by the
+Trainer's own validation metrics' functions (torchwise/train/metrics.py), so they agree with val_acc.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any, Sequence
 
 def classification_metrics(outputs, targets, class_names: Sequence[str]) -> dict[str, Any]:
     import torch
+
+    from torchwise.train.metrics import argmax_hits, top5_hits
 
     n = len(class_names)
     predicted = outputs.argmax(dim=1)
@@ -26,7 +29,7 @@ def classification_metrics(outputs, targets, class_names: Sequence[str]) -> dict
     result: dict[str, Any] = {
         "problem": "classification",
         "examples": int(targets.numel()),
-        "accuracy": float(true_pos.sum() / max(1, targets.numel())),
+        "accuracy": float(argmax_hits(outputs, targets).double() / max(1, targets.numel())),
         "macro_precision": float(precision[present].mean()) if present.any() else 0.0,
         "macro_recall": float(recall[present].mean()) if present.any() else 0.0,
         "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
@@ -36,8 +39,7 @@ def classification_metrics(outputs, targets, class_names: Sequence[str]) -> dict
         "class_names": list(class_names),
     }
     if n > 5:
-        top5 = outputs.topk(5, dim=1).indices.eq(targets.unsqueeze(1)).any(dim=1)
-        result["top5_accuracy"] = float(top5.double().mean())
+        result["top5_accuracy"] = float(top5_hits(outputs, targets).double() / max(1, targets.numel()))
     return result
 
 

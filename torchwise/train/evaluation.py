@@ -17,6 +17,7 @@ from torchwise.train.distributed import DistEnv, gather_objects, max_across, sum
 from torchwise.train.metrics import RunningMetrics, is_streaming, streaming_value
 from torchwise.train.precision import Precision
 from torchwise.train.reproducibility import capture_rng_state, restore_rng_state
+from torchwise.train.sharding import is_sharded
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], float]
 
@@ -42,7 +43,7 @@ class Evaluator:
         A sharded (FSDP) model gathers its weights inside forward, a collective: every rank must run
         the same number of forwards, so ranks with a shorter shard repeat their last batch (and
         discard the result) until the longest shard is done."""
-        lockstep = self.dist.enabled and hasattr(self.model, "set_requires_gradient_sync")
+        lockstep = self.dist.enabled and is_sharded(self.model)
         extra = max_across(num_batches or 0, self.dist, self.device) - (num_batches or 0) if lockstep else 0
         was_training = self.model.training
         rng = capture_rng_state()  # so that validating never changes what training does next

@@ -27,7 +27,9 @@ import torch
 from torch import nn
 
 from torchwise.errors import ConfigError
+from torchwise.models.structure import has_convolutions
 from torchwise.train.process_switches import cuda_matmul_tf32
+from torchwise.train.sharding import is_sharded
 
 PARTS = ("channels_last", "tf32", "fused_optimizer", "compile", "prefetch", "sync_free", "cuda_graph")
 
@@ -66,7 +68,7 @@ def plan_fast(fast: str | Iterable[str], device: torch.device, model: nn.Module)
         plan.why_off = {p: "fast='off'" for p in PARTS}
         return plan
     cuda = device.type == "cuda"
-    convolutional = any(isinstance(m, (nn.Conv2d, nn.Conv3d)) for m in model.modules())
+    convolutional = has_convolutions(model, dims=(2, 3))  # channels_last is a 4-D / 5-D memory format
     if cuda and convolutional:
         plan.on.add("channels_last")
     else:
@@ -119,6 +121,6 @@ def device_step_blocker(optimizer: torch.optim.Optimizer, scaler: Any, model: nn
         return "needs a fused optimizer (fused_optimizer, or fused=True in yours)"
     if scaler is not None:
         return "fp16's GradScaler reads its overflow flag on the host (use bf16)"
-    if hasattr(model, "set_requires_gradient_sync"):
+    if is_sharded(model):
         return "not with FSDP"
     return None

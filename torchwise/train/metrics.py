@@ -23,6 +23,16 @@ def is_streaming(metric: Any) -> bool:
     return all(callable(getattr(metric, name, None)) for name in ("update", "compute", "reset"))
 
 
+def argmax_hits(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """How many rows of class scores (N, C) have their largest score at the target class (a 0-d tensor)."""
+    return (output.argmax(dim=1) == target).sum()
+
+
+def top5_hits(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """How many rows have the target class among their five largest scores (a 0-d tensor)."""
+    return (output.topk(5, dim=1).indices == target[:, None]).any(dim=1).sum()
+
+
 class RunningMetrics:
     """The built-in metrics of one evaluation, as running sums on the device."""
 
@@ -50,9 +60,9 @@ class RunningMetrics:
 
     def _classification(self, output: torch.Tensor, target: torch.Tensor) -> None:
         if output.ndim == 2 and output.shape[1] > 1 and target.ndim == 1:
-            self._add("correct", (output.argmax(dim=1) == target).sum())
+            self._add("correct", argmax_hits(output, target))
             if output.shape[1] > 5:
-                self._add("top5", (output.topk(5, dim=1).indices == target[:, None]).any(dim=1).sum())
+                self._add("top5", top5_hits(output, target))
             self._add("n", torch.tensor(target.shape[0], device=output.device))
         elif output.numel() == target.numel():  # binary with one logit per sample
             pred = (output.reshape(target.shape) > 0).to(target.dtype)

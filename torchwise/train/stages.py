@@ -29,6 +29,7 @@ import torch
 from torchwise.errors import ConfigError
 from torchwise.train import checkpoint as ckpt
 from torchwise.train import distributed
+from torchwise.train.sharding import is_sharded
 
 
 class TrainerStages:
@@ -82,7 +83,7 @@ class TrainerStages:
     def setup_next_stage(self) -> None:
         """A stage after one that ran in this process: its own optimizer, schedule, watch and step."""
         cfg = self.config
-        if cfg.strategy == "fsdp" or hasattr(self.model, "set_requires_gradient_sync"):
+        if cfg.strategy == "fsdp" or is_sharded(self.model):
             raise ConfigError("fit() again (a new stage) does not work with strategy='fsdp'.",
                               values={"strategy": cfg.strategy},
                               fix="Use strategy='ddp', or a new Trainer for the next stage (initialised from this "

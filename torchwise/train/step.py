@@ -23,6 +23,7 @@ from torchwise.train.contract import StepContract, WholeBatch
 from torchwise.train.distributed import DistEnv, sum_across
 from torchwise.train.failures import is_compile_failure, is_oom
 from torchwise.train.precision import Precision
+from torchwise.train.sharding import is_sharded
 
 OVERFLOW = "fp16 gradient overflow (loss scale lowered)"
 
@@ -63,7 +64,7 @@ class StepRunner:
         self.graphed: Any = None  # fast "cuda_graph": a train.graphed_step.GraphedStep
         # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
         self._has_no_sync = hasattr(model, "no_sync")
-        self._fsdp = hasattr(model, "set_requires_gradient_sync")
+        self._fsdp = is_sharded(model)
 
     def run(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
         """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them.
