@@ -105,7 +105,7 @@ def _fields():
 # Values for keys whose type alone does not say what a valid other value is.
 SPECIAL = {"data.target": "x2", "model.name": "smallcnn", "model.weights": "/nowhere/start.safetensors",
            "train.device": "cpu", "train.fast": "off", "data.num_workers": "0", "data.cache_dir": "/tmp/tw-cache",
-           "output.progress": "false", "data.image_size": "8", "train.threads": "2"}
+           "output.progress": "false", "data.image_size": "8", "train.threads": "2", "train.loggers": "csv"}
 
 
 def changed_text(key: str, tp, saved) -> str:
@@ -123,7 +123,7 @@ def changed_text(key: str, tp, saved) -> str:
     if isinstance(saved, int):
         return str(saved + 1)
     if isinstance(saved, float):
-        return str(saved / 2)
+        return str(saved / 2) if saved else "0.5"  # 0.0 halved is still 0.0
     # None, or the one literal of a union ("auto"): a value of the union's other type
     for option, text in ((bool, "true"), (float, "0.5"), (int, "2")):
         if option in options:

@@ -20,7 +20,7 @@ RESUME_APPLIED = frozenset({
     "data.num_workers", "data.cache", "data.cache_dir",
     "train.device", "train.precision", "train.fast", "train.threads", "train.profile", "train.deterministic",
     "train.eval_batch_size", "train.eval_every", "train.on_oom", "train.checkpoint_every", "train.keep_last",
-    "output.report", "output.worst_examples", "output.progress",
+    "output.report", "output.worst_examples", "output.progress", "train.loggers",
 })
 # The run's length: applied (a longer or shorter run), unless the schedule was laid out for the old length.
 RESUME_LENGTH = frozenset({"train.epochs", "train.max_steps"})
