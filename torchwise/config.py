@@ -264,11 +264,9 @@ def _number_text(value: str, integer: bool) -> int | float:
 
 
 def _coerce_one(tp: Any, value: Any, from_text: bool) -> Any:
-    # Over 60 lines: one branch per supported type, kept together so every accepted spelling reads in one place.
-    """Convert `value` to the type `tp` or raise _NoMatch. A string means the same whether it comes
-    from a flag, --set or a YAML file (PyYAML reads `lr: 1e-3` as the string "1e-3"): numbers are read
-    by torchwise.numbers, booleans from true/false, yes/no, on/off, 1/0, none from none/null/~.
-    `from_text` is kept for callers; it no longer changes what is accepted."""
+    """Convert `value` to the type `tp` or raise _NoMatch. A string means the same from a flag, --set or
+    YAML (PyYAML reads `lr: 1e-3` as "1e-3"): numbers by torchwise.numbers, booleans from true/false,
+    yes/no, on/off, 1/0, none from none/null/~ (`from_text` is kept for callers, and changes nothing)."""
     if tp is type(None):
         if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
             return None
@@ -282,49 +280,60 @@ def _coerce_one(tp: Any, value: Any, from_text: bool) -> Any:
                 if str(choice).lower() == text:
                     return choice
         raise _NoMatch
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in _TRUE:
-                return True
-            if text in _FALSE:
-                return False
-            raise _NoMatch(f"{value!r} is not one of true/false, yes/no, on/off, 1/0")
+    convert = _CONVERTERS.get(tp)
+    if convert is None:
+        raise TypeError(f"config field type {tp!r} is not supported")
+    return convert(value)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise _NoMatch(f"{value!r} is not one of true/false, yes/no, on/off, 1/0")
+    raise _NoMatch
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
         raise _NoMatch
-    if tp is int:
-        if isinstance(value, bool):
-            raise _NoMatch
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float):
-            if value.is_integer():
-                return int(value)
-            raise _NoMatch(f"{value!r} is not a whole number" if math.isfinite(value)
-                           else f"{value!r} is not a finite number")
-        if isinstance(value, str):
-            return _number_text(value, integer=True)
-        raise _NoMatch
-    if tp is float:
-        if isinstance(value, bool):
-            raise _NoMatch
-        if isinstance(value, (int, float)):
-            if not math.isfinite(value):
-                raise _NoMatch(f"{value!r} is not a finite number")
-            return float(value)
-        if isinstance(value, str):
-            return float(_number_text(value, integer=False))
-        raise _NoMatch
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)  # a YAML `device: 0` or `target: 2020` means the text
-        raise _NoMatch
-    raise TypeError(f"config field type {tp!r} is not supported")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        raise _NoMatch(f"{value!r} is not a whole number" if math.isfinite(value) else f"{value!r} is not a finite number")
+    if isinstance(value, str):
+        return _number_text(value, integer=True)
+    raise _NoMatch
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise _NoMatch(f"{value!r} is not a finite number")
+        return float(value)
+    if isinstance(value, str):
+        return float(_number_text(value, integer=False))
+    raise _NoMatch  # a bool is not a number here
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # a YAML `device: 0` or `target: 2020` means the text
+    raise _NoMatch
+
+
+_CONVERTERS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
 
 
 def _coerce(tp: Any, value: Any, from_text: bool) -> Any:

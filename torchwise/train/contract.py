@@ -140,7 +140,7 @@ class StepContract:
         if self.compute_loss is not None:
             return output[0] if isinstance(output, tuple) else output
         if not self.loss_given:
-            found = own_loss(output)
+            found = None if isinstance(output, torch.Tensor) else own_loss(output)  # a bare tensor carries none
             if found is not None:
                 return found
             if self._keywords:

@@ -39,6 +39,7 @@ class RunningMetrics:
     def __init__(self, task: str, device: torch.device):
         self.task, self.device = task, device
         self.sums: dict[str, torch.Tensor] = {}
+        self.n = 0  # samples (or values) counted: a host number, no tensor per batch
         self.counted = True  # False once a batch had outputs the built-in metrics cannot read
 
     def _add(self, name: str, value: torch.Tensor) -> None:
@@ -54,7 +55,7 @@ class RunningMetrics:
             self._classification(output, target)
         elif output.numel() == target.numel():
             self._add("abs_err", (output.reshape(target.shape).float() - target.float()).abs().sum())
-            self._add("n", torch.tensor(target.numel(), device=output.device))
+            self.n += target.numel()
         else:
             self.counted = False
 
@@ -63,20 +64,21 @@ class RunningMetrics:
             self._add("correct", argmax_hits(output, target))
             if output.shape[1] > 5:
                 self._add("top5", top5_hits(output, target))
-            self._add("n", torch.tensor(target.shape[0], device=output.device))
+            self.n += target.shape[0]
         elif output.numel() == target.numel():  # binary with one logit per sample
             pred = (output.reshape(target.shape) > 0).to(target.dtype)
             self._add("correct", (pred == target).sum())
-            self._add("n", torch.tensor(target.numel(), device=output.device))
+            self.n += target.numel()
         else:  # e.g. a language model's (batch, time, vocabulary) logits: no built-in accuracy
             self.counted = False
 
     def compute(self, dist: DistEnv, prefix: str) -> dict[str, float]:
         """The metrics over every rank's batches. Every rank must call it (one collective)."""
-        names = ("correct", "top5", "n", "abs_err")
+        names = ("correct", "top5", "abs_err")
         local = [float(self.sums[k]) if k in self.sums else 0.0 for k in names]  # one read per sum, at the end
         flags = [float(not self.counted), float("top5" in self.sums)]
-        correct, top5, n, abs_err, uncounted, has_top5 = sum_across([*local, *flags], dist, self.device)
+        correct, top5, abs_err, n, uncounted, has_top5 = sum_across([*local, float(self.n), *flags], dist,
+                                                                    self.device)
         if self.task != "classification":  # nan when outputs and targets do not pair up
             if uncounted:
                 return {f"{prefix}_mae": math.nan}

@@ -47,15 +47,19 @@ class TrainerStages:
         return stage
 
     def checkpoint_stage(self) -> tuple[Path, dict[str, Any]] | None:
-        """(path, position) of the checkpoint resume=True would continue from, or None."""
+        """(path, position) of the checkpoint resume=True would continue from, or None. Read once per
+        fit() call (stage_done_before and place_stage both ask)."""
         cfg = self.config
-        if not cfg.resume or cfg.out_dir is None:
+        if not cfg.resume or cfg.out_dir is None or self.setup_done:
             return None
+        if self.peeked_for_stage == self.stages_started:
+            return self.peeked
         found = ckpt.find_resume_checkpoint(cfg.resume, cfg.out_dir, warn=None)
         if found is None:
             return None
         state = torch.load(found / "state.pt", map_location="cpu", weights_only=True)
-        return found, state.get("position") or {}
+        self.peeked, self.peeked_for_stage = (found, state.get("position") or {}), self.stages_started
+        return self.peeked
 
     def stage_done_before(self, stage: int) -> Path | None:
         """The checkpoint that is past `stage` (which then needs no training), or None."""
@@ -70,7 +74,7 @@ class TrainerStages:
     def place_stage(self, stage: int) -> None:
         """Where the stage begins: here and now, or, resuming inside it, where the checkpoint says."""
         pos = self.pos
-        found = self.checkpoint_stage() if not self.setup_done else None
+        found = self.checkpoint_stage()
         if found is not None and int(found[1].get("stage", 0)) == stage:
             position = found[1]
             pos.stage_start_step = int(position.get("stage_start_step", 0))

@@ -134,6 +134,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         self.ema = self.mix = None  # the recipes (train/recipes.py), when their settings are on
         self.setup_done = self.stop_requested = self.stream_ended = False
         self.stages_started = 0  # fit() calls so far (train/stages.py)
+        self.peeked, self.peeked_for_stage = None, -1  # the resume checkpoint's stage, read once per fit() call
         self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
         self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
 
@@ -199,7 +200,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
             switches.restore()
 
     def _fit(self, stage: int) -> FitResult:
-        # The loop on one screen: long on purpose, so the order of steps, evaluations and saves reads at once
+        # The loop on one screen: the order of steps, evaluations and saves reads at once
         self.place_stage(stage)
         resumed_from = self.setup_next_stage() if self.setup_done else self.setup_run()
         pos = self.pos
@@ -210,10 +211,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         progress.start(pos.step)
         self.files.write_config()
         self.events.emit("fit_start", trainer=self)
-        if self.profile_steps and self.dist.is_main:
-            from torchwise.train.profiling import StepProfiler
-
-            self.profiler = StepProfiler(self.profile_steps, self.device, self.config.out_dir)
+        self._start_profiler()
         start_time = time.perf_counter()
         stopped_early = False
         eval_every = self.config.eval_every
@@ -250,6 +248,17 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
                 self.profiler.close()
             progress.close()
             log.close()
+        return self._finish_fit(progress, stopped_early, resumed_from)
+
+    def _start_profiler(self) -> None:
+        if self.profile_steps and self.dist.is_main:
+            from torchwise.train.profiling import StepProfiler
+
+            self.profiler = StepProfiler(self.profile_steps, self.device, self.config.out_dir)
+
+    def _finish_fit(self, progress: Progress, stopped_early: bool, resumed_from: Path | None) -> FitResult:
+        """After the loop: the final weights, a Ctrl-C that came meanwhile, the checker's findings, the result."""
+        pos = self.pos
         final_path = self.files.finish()
         self.interrupt.deferring = False
         if self.interrupt.pending:  # Ctrl-C during the final evaluation or while the final weights were written
