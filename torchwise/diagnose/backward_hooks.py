@@ -17,6 +17,24 @@ from torchwise.diagnose.tensors import autocast_dtype, quiet
 from torchwise.diagnose.user_code import user_where
 
 
+class _Marker:
+    """What graph_marker hangs on a graph node: an object that dies with the node (a node takes no weakref)."""
+    __slots__ = ("__weakref__",)
+
+
+def graph_marker(t: torch.Tensor) -> weakref.ref | None:
+    """A weak reference that stays alive exactly as long as `t`'s graph node does (None: no node to mark).
+    The marker sits in the node's own metadata dict, which autograd never reads and nothing pickles or copies."""
+    node = t.grad_fn
+    meta = getattr(node, "metadata", None)
+    if not isinstance(meta, dict):
+        return None
+    marker = meta.get("torchwise")
+    if marker is None:
+        marker = meta["torchwise"] = _Marker()
+    return weakref.ref(marker)
+
+
 class LossAndBackward:
     """The Watcher's part that sees each loss function call (deep steps) and each backward()."""
 
@@ -32,8 +50,11 @@ class LossAndBackward:
         self.bin: dict[str, Any] = {"pos": 0, "neg": 0, "weighted": False, "where": None}
         # retention
         self.bw_ids: dict[int, weakref.ref] = {}
-        self._bw_refs: list[tuple[int, weakref.ref]] = []
+        # (step, the loss tensor, the marker hung on its graph's top node): a loss whose tensor is gone but
+        # whose graph node lives on is kept inside another tensor's graph (`total += loss / n`)
+        self._bw_refs: list[tuple[int, weakref.ref, weakref.ref | None]] = []
         self.retained_losses = 0
+        self.retained_inside = 0
         # backward-in-autocast: backward()/step() calls checked, and those that started with autocast on
         self.autocast_use: dict[str, Any] = {"backward": 0, "step": 0, "backward_in": 0, "step_in": 0,
                                              "where": None, "where_step": None, "dtype": None, "device": None,
@@ -58,6 +79,10 @@ class LossAndBackward:
         where = self.loss_where[kind]
         if self.capture_overfit and self.overfit_capture and "loss" not in self.overfit_capture and self.steps == 0:
             self.overfit_capture.update(loss=(func, dict(kwargs)), target=target.detach().clone(), where=where)
+        cur = self.cur_pass
+        if cur is not None and not cur.closed and len(cur.loss_graphs) < 32 and isinstance(out, torch.Tensor) \
+                and out.grad_fn is not None and out.numel() == 1:
+            cur.loss_graphs.append((cur.n_batches, weakref.ref(out), graph_marker(out)))
         if self._phase == "eval" or not torch.is_grad_enabled():
             return
         from torchwise.diagnose.checks import losses
@@ -131,7 +156,7 @@ class LossAndBackward:
         if self._deep:
             if loss.grad_fn is not None:
                 ref = weakref.ref(loss)
-                self._bw_refs.append((self.steps, ref))
+                self._bw_refs.append((self.steps, ref, graph_marker(loss)))
                 self.bw_ids[id(loss)] = ref
                 if len(self.bw_ids) > 64:
                     for k in list(self.bw_ids)[:32]:
@@ -143,24 +168,41 @@ class LossAndBackward:
         self.backward_since_step += 1
 
     def _check_retained_losses(self) -> None:
-        """Loss tensors still alive 3+ rounds of steps after their backward() are being stored somewhere. A
-        round is one step of every optimizer: with three optimizers stepping in turn (InfoGAN's generator,
-        discriminator and info losses), each loss variable is rebound only 3 steps later."""
+        """Loss graphs still alive 3+ rounds of steps after their backward() are being stored somewhere: the
+        loss tensor itself (a list, an attribute), or its graph inside another tensor's (`total += loss / n`,
+        `avg = 0.9 * avg + 0.1 * loss`), however the total is spelled. A round is one step of every optimizer:
+        with three optimizers stepping in turn (InfoGAN's generator, discriminator and info losses), each loss
+        variable is rebound only 3 steps later."""
         keep = []
         age = 3 * max(1, len(self.optimizers))
-        for step, ref in self._bw_refs:
+        for step, ref, marker in self._bw_refs:
             t = ref()
-            if t is None:
+            inside = t is None and marker is not None and marker() is not None
+            if t is None and not inside:
                 continue
             if step <= self.steps - age:
-                if t.grad_fn is not None:
+                if inside or t.grad_fn is not None:
                     self.retained_losses += 1
+                    self.retained_inside += inside
                     if self.retained_losses >= 3 and not self.hits.get("loss-retains-graph"):
+                        how = "kept inside a total" if self.retained_inside * 2 > self.retained_losses \
+                            else "kept alive"
                         self._hit("loss-retains-graph", where=self.backward_where,
-                                  info={"how": "kept alive", "alive": self.retained_losses})
+                                  info={"how": how, "alive": self.retained_losses})
                 continue
-            keep.append((step, ref))
+            keep.append((step, ref, marker))
         self._bw_refs = keep
+
+    def _check_eval_loss_graphs(self, info: Any) -> None:
+        """An evaluation pass (no step, no backward()) ended: losses of earlier batches whose graph is still
+        alive though their tensor is gone are held inside a total built from them (`total += loss * n`):
+        every batch's graph stays in memory until the pass ends. Two batches are the evidence: a value kept
+        from one batch (the last loss for a printout) is not a total."""
+        batches = {batch for batch, ref, marker in info.loss_graphs
+                   if batch < info.n_batches and ref() is None and marker is not None and marker() is not None}
+        if len(batches) >= 2 and not self.hits.get("loss-retains-graph"):
+            self.retained_losses += len(batches)
+            self._hit("loss-retains-graph", where=info.site, info={"how": "evaluation total", "alive": len(batches)})
 
     def on_accumulate(self, args: tuple, out: Any) -> None:
         # a running total made at an earlier step, not errD = errD_real + errD_fake within one step

@@ -42,6 +42,10 @@ class PassInfo:
     loss_idx: list = field(default_factory=list)
     mean_losses: int = 0
     other_losses: int = 0
+    # loss-retains-graph in an evaluation pass: backward() calls before the pass, and (batch number, the loss
+    # tensor, the marker on its graph node) for the first losses with a graph computed during it (deep steps)
+    backwards_before: int = 0
+    loss_graphs: list = field(default_factory=list)
 
     @property
     def is_eval(self) -> bool:
@@ -158,7 +162,8 @@ class LoaderPasses:
         for p in self.passes:
             if p.loader is loader and not p.closed:
                 self.end_pass(p)
-        info = PassInfo(loader=loader, index=len(self.passes), site=self.loader_sites.get(loader))
+        info = PassInfo(loader=loader, index=len(self.passes), site=self.loader_sites.get(loader),
+                        backwards_before=self.backwards)
         self.passes.append(info)
         sampler = getattr(loader, "sampler", None)
         bs = getattr(loader, "batch_sampler", None)
@@ -189,6 +194,8 @@ class LoaderPasses:
             if real and info.fwd_train_mode and not info.fwd_no_grad and \
                     any(r.has_mode_layers for r in self.roots.values()):
                 self._hit("eval-mode-missing", where=info.where_train_mode_fwd)
+            if info.loss_graphs and self.backwards == info.backwards_before:
+                self._check_eval_loss_graphs(info)
             from torchwise.diagnose.checks import data
             with quiet():
                 data.check_val_augmentation(self, info)

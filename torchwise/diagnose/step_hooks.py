@@ -42,6 +42,10 @@ class StepHooks:
         self._zg_state: dict[int, str] = {}
         self._zg_params: dict[int, Any] = {}
         self._zg_where: str | None = None
+        # missing-zero-grad per optimizer: id -> [steps checked, steps with stale gradients, where first stale].
+        # Per optimizer because a run can have two loops: a buggy first phase with its own optimizer must
+        # not be averaged away by a correct second one
+        self.zero_grad_by_opt: dict[int, list] = {}
         self._opt_id_cache: dict[int, set[int]] = {}
         self.stepped_since_backward = False
         self.backward_since_step = 0
@@ -114,7 +118,11 @@ class StepHooks:
             if state == "stale" and param is not None and param.grad is not None:
                 stale = True
         self.hits["zero-grad-checks"] = self.hits.get("zero-grad-checks", 0) + 1
+        rec = self.zero_grad_by_opt.setdefault(id(opt), [0, 0, None])
+        rec[0] += 1
         if stale:
+            rec[1] += 1
+            rec[2] = rec[2] or self._zg_where
             self._hit("missing-zero-grad", where=self._zg_where)
 
     def _opt_ids(self, opt) -> set[int]:

@@ -25,8 +25,9 @@ DETECTED_BY: dict[str, str] = {
     "params-not-in-optimizer": "parameters of a called model that have .grad at step() but are in no optimizer",
     "unregistered-submodules": "a module with parameters runs inside a model's forward but is not in model.modules()",
     "no-gradient-flow": "optimizer parameters whose .grad is None at every checked step()",
-    "loss-retains-graph": "a backward()'ed loss added into a total made at an earlier step, or loss tensors alive 3+ "
-                          "steps after their backward()",
+    "loss-retains-graph": "a backward()'ed loss added into a total made at an earlier step; a loss tensor, or its "
+                          "graph inside another tensor's, alive 3+ steps after its backward(); or an evaluation "
+                          "pass's loss graphs alive at the pass's end",
     "lr-too-high": "weight update / weight norm per step, together with a loss that rises above its first value",
     "lr-too-low": "update / weight norm below 1e-4 per step, healthy (>= 1e-3) at a usual lr for the optimizer's "
                   "kind, and a flat loss",

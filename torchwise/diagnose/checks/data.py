@@ -76,7 +76,21 @@ def check_val_augmentation(w, info) -> None:
         _set_rng_state(state)
     if differs:
         w.val_aug_candidates.append({"dataset": id(ds), "site": info.site, "samples_checked": len({0, n // 2, n - 1}),
-                                     "samples_that_changed": differs, "dataset_type": type(ds).__name__})
+                                     "samples_that_changed": differs, "dataset_type": type(ds).__name__,
+                                     "indices": _sampled_indices(info.loader)})
+
+
+def _sampled_indices(loader) -> frozenset | None:
+    """The dataset indices a loader's sampler draws from, where the sampler names them (SubsetRandomSampler,
+    a sampler over a list of indices); None for a sampler over the whole dataset or one that does not say."""
+    for s in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        idx = getattr(s, "indices", None)
+        if idx is not None:
+            try:
+                return frozenset(int(i) for i in idx)
+            except (TypeError, ValueError):
+                return None
+    return None
 
 
 def decide(w) -> list[Finding]:
@@ -95,17 +109,32 @@ def decide(w) -> list[Finding]:
 
 
 def _val_augmentation(w) -> list[Finding]:
-    # a loader that is also trained on (train accuracy computed over the train loader) is not validation data
-    trained = {id(getattr(p.loader, "dataset", None)) for p in w.passes if p.steps > 0}
     for info in w.val_aug_candidates:
-        if info["dataset"] in trained:
+        if _also_trained_on(w, info):
             continue
         return [Finding("val-augmentation", where=info["site"],
                         message=f"Reading the same validation sample twice gives different data "
                                 f"({info['samples_that_changed']} of {info['samples_checked']} samples of the "
                                 f"{info['dataset_type']} used for evaluation changed between two reads).",
-                        evidence={k: v for k, v in info.items() if k != "dataset"})]
+                        evidence={k: v for k, v in info.items() if k not in ("dataset", "indices")})]
     return []
+
+
+def _also_trained_on(w, info) -> bool:
+    """Whether the evaluated samples are also trained on: train accuracy computed over the train loader is
+    not validation. A validation split drawn by a sampler from the training dataset itself (a
+    SubsetRandomSampler over held-out indices) is validation, augmented with the training transform."""
+    train_idx: set[int] = set()
+    for p in w.passes:
+        if p.steps > 0 and id(getattr(p.loader, "dataset", None)) == info["dataset"]:
+            idx = _sampled_indices(p.loader)
+            if idx is None:  # trained over the whole dataset
+                return True
+            train_idx |= idx
+    evaluated = info["indices"]
+    if not train_idx:
+        return False
+    return evaluated is None or len(evaluated & train_idx) * 2 > len(evaluated)
 
 
 def _sampler_epoch(w) -> list[Finding]:

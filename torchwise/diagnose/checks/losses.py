@@ -402,7 +402,10 @@ def _classes_mismatch(c, counts, k: int, C: int) -> Finding | None:
     chance that none appeared among N labels is (1 - (C-k)*q)^N. It is not asked when the seen classes
     have a long tail (Good-Turing: the share of labels whose class was seen once estimates the unseen
     probability mass), nor when the largest label showed up only late (data ordered by label: the next
-    classes may follow)."""
+    classes may follow), nor when every target is class 0: a target made by the loss, not read from data
+    (a contrastive loss, InfoNCE/NT-Xent/MoCo, puts the positive in column 0 of each row's logits)."""
+    if k == 1:
+        return None
     N = c["n"]
     seen = counts[:k]
     rarest = min(seen)

@@ -136,11 +136,21 @@ def _loss_retains_graph(w) -> list[Finding]:
     h = w.hits
     if h.get("loss-retains-graph"):
         how = w.hit_info.get("loss-retains-graph", {}).get("how")
-        msg = (f"At {h['loss-retains-graph']} of {w.steps} steps, a loss tensor that already went through backward() "
-               "was added into a running total that requires grad, so every step's graph stays in memory."
-               if how != "kept alive" else
-               f"{w.retained_losses} loss tensors were still alive with their graphs 3 or more steps after their "
-               "backward() (stored in a list or an attribute).")
+        if how == "kept alive":
+            msg = (f"{w.retained_losses} loss tensors were still alive with their graphs 3 or more steps after "
+                   "their backward() (stored in a list or an attribute).")
+        elif how == "kept inside a total":
+            msg = (f"The graphs of {w.retained_losses} losses were still alive 3 or more steps after their "
+                   "backward(), held inside another tensor's graph: a running total or average built from the "
+                   "loss tensor (`total += loss / n`), not from loss.item(), so every step's graph stays in memory.")
+        elif how == "evaluation total":
+            msg = (f"In {h['loss-retains-graph']} evaluation pass(es), the losses of earlier batches still had "
+                   "their graphs at the end of the pass: they are summed as tensors (`total += loss * n`), so "
+                   "the graph of every batch stays in memory until the pass ends.")
+        else:
+            msg = (f"At {h['loss-retains-graph']} of {w.steps} steps, a loss tensor that already went through "
+                   "backward() was added into a running total that requires grad, so every step's graph stays "
+                   "in memory.")
         out.append(Finding("loss-retains-graph", where=w.hit_where.get("loss-retains-graph"), message=msg,
                            evidence={"occurrences": h["loss-retains-graph"]}))
     return out

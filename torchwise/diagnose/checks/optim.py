@@ -200,17 +200,16 @@ def decide(w, ls: dict) -> list[Finding]:
 
 
 def _missing_zero_grad(w) -> list[Finding]:
-    """missing-zero-grad: backward() adding into the previous step's gradients."""
-    out: list[Finding] = []
-    h = w.hits
-    checks = h.get("zero-grad-checks", 0)
-    stale = h.get("missing-zero-grad", 0)
-    if stale >= 2 and stale >= 0.8 * checks:
-        out.append(Finding("missing-zero-grad", where=w.hit_where.get("missing-zero-grad"),
-                           message=f"At {stale} of {checks} checked steps, backward() started while the gradients "
-                                   "of the previous optimizer step were still there (never zeroed).",
-                           evidence={"steps_with_stale_gradients": stale, "steps_checked": checks}))
-    return out
+    """missing-zero-grad: backward() adding into the previous step's gradients, at (nearly) every checked step
+    of one optimizer (a loop that zeroes at the wrong place does it every time; one that forgets once in a
+    while is not this mistake)."""
+    for checks, stale, where in w.zero_grad_by_opt.values():
+        if stale >= 2 and stale >= 0.8 * checks:
+            return [Finding("missing-zero-grad", where=where,
+                            message=f"At {stale} of {checks} checked steps of one optimizer, backward() started "
+                                    "while the gradients of its previous step were still there (never zeroed).",
+                            evidence={"steps_with_stale_gradients": stale, "steps_checked": checks})]
+    return []
 
 
 def _update_evidence(w, ls: dict) -> dict:
