@@ -26,6 +26,8 @@ class TokensAndRows:
     """The task's evidence from followed tensors (see the module doc)."""
 
     tokens: dict[int, dict] = field(default_factory=dict)   # vocabulary size -> {"step": its last encoding's step}
+    # vocabulary size -> [step, lookups of one position this step that differed from the one before, last ids]
+    positions: dict[int, list] = field(default_factory=dict)
     # row sets used to index a model output ("sets": key -> rows), the training loss's ("train": rows of the
     # output -> keys), each evaluation step's ("eval": rows of the output -> step -> keys), and "where"
     masks: dict[str, Any] = field(default_factory=lambda: {"sets": {}, "train": {}, "eval": {}})
@@ -132,19 +134,35 @@ _MAX_MASKS = 256
 
 def _note_tokens(w, ids: torch.Tensor, weight) -> None:
     """Token ids encoded for the model (nn.Embedding, F.one_hot, a table indexed by ids), per vocabulary size.
-    Only sequences count (two dims > 1: (B, T) or (T, B)): a (B,) lookup is a label embedding (a conditional
-    GAN's), not text."""
+    Sequences count (two dims > 1: (B, T) or (T, B)), and so does a decoder fed one position at a time: a
+    (B,) or (1, B) lookup of the same vocabulary 3+ times in one step, each with other ids than the last
+    (teacher forcing or greedy decoding). A lookup of the same ids again and again is a label embedding (a
+    conditional GAN's labels, embedded in the generator and in the discriminator), not text."""
     if isinstance(weight, torch.Tensor) and weight.dim() == 2:
         V = int(weight.shape[0])
     elif isinstance(weight, int):
         V = weight
     else:
         return
-    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dtype == torch.bool \
-            or sum(s > 1 for s in ids.shape) < 2:
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dtype == torch.bool:
         return
     table = w.tokens_rows.tokens
-    if len(table) < 16 or V in table:  # token and position embeddings have their own sizes
+    if not (len(table) < 16 or V in table):  # token and position embeddings have their own sizes
+        return
+    if sum(s > 1 for s in ids.shape) >= 2:
+        table[V] = {"step": w.steps}
+        return
+    if ids.numel() < 2 or ids.numel() > 4096:
+        return
+    pos = w.tokens_rows.positions
+    rec = pos.get(V)
+    if rec is None or rec[0] != w.steps:
+        rec = pos[V] = [w.steps, 0, None]
+    flat = ids.detach().flatten()
+    if rec[2] is None or rec[2].shape != flat.shape or not torch.equal(rec[2], flat):
+        rec[1] += 1
+    rec[2] = flat.clone()
+    if rec[1] >= 3:
         table[V] = {"step": w.steps}
 
 
