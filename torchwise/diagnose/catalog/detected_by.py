@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DETECTED_BY: dict[str, str] = {
     "missing-zero-grad": "a tensor hook sees a new gradient arrive while .grad still holds the one step() already used, "
-                         "and the next step() of that optimizer uses it",
+                         "and the next step() of that optimizer uses it, at 80%+ of one optimizer's checked steps",
     "eval-mode-missing": "a forward under no_grad, or over a loader that runs no optimizer step, with model.training "
                          "True in a model that has Dropout/BatchNorm",
     "train-mode-missing": "forward passes with gradients in eval mode, followed by optimizer.step()",
@@ -16,10 +16,13 @@ DETECTED_BY: dict[str, str] = {
                                       "dim is 0 (a log_softmax output), in 80% of 2+ checked calls",
     "double-sigmoid": "the autograd node that made the input of binary_cross_entropy_with_logits (seen through "
                       "views, indexing and casts) is a sigmoid; for binary_cross_entropy, a sigmoid of a sigmoid",
-    "labels-not-zero-based": "the class-index targets of cross_entropy never contain 0; the others are contiguous",
+    "labels-not-zero-based": "the class-index targets of cross_entropy never contain 0; the others are contiguous; "
+                             "not for token targets (sequences of ids encoded over the output's vocabulary, or a "
+                             "decoder fed one position at a time)",
     "output-classes-mismatch": "labels 0..k-1 seen with C > k outputs, and the chance that the C-k others are classes "
                                "(each at least a tenth as common as the rarest seen) none of which appeared among the "
-                               "labels is below 1e-6; not for next-token (language-model) targets",
+                               "labels is below 1e-6; not for next-token (language-model) targets, nor for a target "
+                               "that is class 0 in every row (a contrastive loss)",
     "wrong-loss-for-task": "the loss's inputs/targets: MSE/L1 on integer class labels, BCE on class ids, cross_entropy "
                            "on one output or real targets, nll_loss on positive values, MSE shapes that broadcast",
     "params-not-in-optimizer": "parameters of a called model that have .grad at step() but are in no optimizer",
@@ -41,7 +44,8 @@ DETECTED_BY: dict[str, str] = {
     "unnormalized-input": "mean / standard deviation / per-feature scale of model inputs in training",
     "loss-not-decreasing": "last quarter vs first tenth of each optimizer's losses; stopped runs need a clear absence "
                            "of progress at the loss's noise (slope, 2 s.e.)",
-    "val-augmentation": "the same validation item read twice (random state restored) differs",
+    "val-augmentation": "the same validation item read twice (random state restored) differs, in a loader whose "
+                        "samples are not trained on (its own dataset, or held-out sampler indices of the training one)",
     "train-val-overlap": "hashes of evaluated samples found among the hashes of trained samples; for one input shared "
                          "by index masks (loss on out[idx_train], evaluation on out[idx_val]), the evaluated output "
                          "rows vs the rows the training loss uses",
