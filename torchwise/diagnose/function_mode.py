@@ -183,7 +183,7 @@ class FunctionMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         w = self.w
-        if not self.active or compiling():  # (dynamo must not trace the warnings swap)
+        if not self.active or w.in_loader_fetch or compiling():  # (dynamo must not trace the warnings swap)
             return func(*args, **kwargs)
         if w.manual_watch and func in _INPLACE_FUNCS:
             w.note_manual_update(args)

@@ -31,6 +31,7 @@ class PassInfo:
     fwd_no_grad: int = 0
     where_train_mode_fwd: str | None = None
     waits: list = field(default_factory=list)
+    cpu_waits: list = field(default_factory=list)  # the process's CPU time during each wait (0: I/O or sleep)
     gaps: list = field(default_factory=list)
     last_return: float | None = None
     ended: bool = False
@@ -72,17 +73,25 @@ class _PassIter:
     def __next__(self):
         self._w.maybe_stop()
         info = self._info
-        t0 = time.perf_counter()
+        w = self._w
+        t0, c0 = time.perf_counter(), time.process_time()
+        # the batch is made with the checker's function mode out of the way: the watcher's checks concern the
+        # model's step, and its per-call cost on a transform's tensor ops would make the wait look longer
+        # than it is without the checker
+        w.in_loader_fetch = True
         try:
             batch = next(self._it)
         except StopIteration:
             info.ended = True
-            self._w.end_pass(info)
+            w.end_pass(info)
             raise
+        finally:
+            w.in_loader_fetch = False
         t1 = time.perf_counter()
         if info.last_return is not None:
             info.gaps.append(t1 - info.last_return)
             info.waits.append(t1 - t0)
+            info.cpu_waits.append(time.process_time() - c0)
         info.last_return = t1
         info.n_batches += 1
         if len(info.batch_sizes) < 100_000:
@@ -111,6 +120,7 @@ class LoaderPasses:
     def _init_loaders(self) -> None:
         self.passes: list[PassInfo] = []
         self.cur_pass: PassInfo | None = None
+        self.in_loader_fetch = False  # inside a watched DataLoader's next(): the function mode stands aside
         self.loader_sites: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
         self.sampler_epochs: dict[int, list] = {}
         self.eval_seen = False

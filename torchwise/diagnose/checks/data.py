@@ -191,10 +191,14 @@ def _shuffle(w) -> list[Finding]:
 
 
 def _loader_speed(w) -> list[Finding]:
+    """dataloader-bottleneck: most of each training step waits for the next batch. A warning where more
+    workers surely help: the wait is not the process's own CPU work (reading files, decoding in a library
+    that releases the GIL, sleeping on I/O), or the model is on an accelerator that idles meanwhile. CPU work
+    for a model on the CPU is an info hint: loading and computing share the same cores there."""
     for p in w.passes:
         if p.steps < 3 or len(p.waits) < 5:
             continue
-        waits, gaps = p.waits[2:], p.gaps[2:]
+        waits, gaps, cpu = p.waits[2:], p.gaps[2:], p.cpu_waits[2:]
         if not gaps:
             continue
         med_wait = statistics.median(waits)
@@ -203,11 +207,26 @@ def _loader_speed(w) -> list[Finding]:
         if nw is not None and nw >= (os.cpu_count() or 1):
             continue  # every core already loads data: more workers cannot help
         if med_wait > 0.020 and frac > 0.6:
-            return [Finding("dataloader-bottleneck", where=p.site,
+            cpu_share = sum(cpu) / max(sum(waits), 1e-9)
+            on_cpu = bool(w.roots) and all(_device_of(r.module) == "cpu" for r in w.roots.values())
+            hint = on_cpu and cpu_share > 0.3  # (a busy machine stretches the wall time of CPU work)
+            return [Finding("dataloader-bottleneck", where=p.site, severity="info" if hint else "",
+                            maybe_fine=_CPU_BOUND_LOADING if hint else "",
                             message=f"{frac:.0%} of each training step is spent waiting for the next batch "
                                     f"({med_wait * 1000:.1f} ms median per batch; num_workers={nw}).",
-                            evidence={"wait_fraction": frac, "median_wait_ms": med_wait * 1000, "num_workers": nw})]
+                            evidence={"wait_fraction": frac, "median_wait_ms": med_wait * 1000, "num_workers": nw,
+                                      "cpu_share_of_wait": round(cpu_share, 2)})]
     return []
+
+
+_CPU_BOUND_LOADING = ("The model trains on the CPU and making the batch is CPU work of this process (transforms, "
+                      "decoding): loading and computing share the same cores, so with a small model the batch "
+                      "naturally takes most of the step. Workers help only where cores are idle.")
+
+
+def _device_of(module) -> str:
+    p = next(module.parameters(), None)
+    return p.device.type if p is not None else "cpu"
 
 
 def _pin_memory(w) -> list[Finding]:
