@@ -183,8 +183,8 @@ class FunctionMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         w = self.w
-        if not self.active or w.in_loader_fetch or compiling():  # (dynamo must not trace the warnings swap)
-            return func(*args, **kwargs)
+        if not self.active or compiling() or (w.in_loader_fetch and w.in_loader_fetch == _threading.get_ident()):
+            return func(*args, **kwargs)  # (dynamo must not trace the warnings swap; a batch being made is not the step)
         if w.manual_watch and func in _INPLACE_FUNCS:
             w.note_manual_update(args)
         if not (w.is_deep or w.in_loss_scope):

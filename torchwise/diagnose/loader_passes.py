@@ -6,6 +6,7 @@ model and step hooks, which only read the current pass.
 """
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -78,7 +79,7 @@ class _PassIter:
         # the batch is made with the checker's function mode out of the way: the watcher's checks concern the
         # model's step, and its per-call cost on a transform's tensor ops would make the wait look longer
         # than it is without the checker
-        w.in_loader_fetch = True
+        w.in_loader_fetch = threading.get_ident()  # this thread only: a prefetching thread leaves the step seen
         try:
             batch = next(self._it)
         except StopIteration:
@@ -86,7 +87,7 @@ class _PassIter:
             w.end_pass(info)
             raise
         finally:
-            w.in_loader_fetch = False
+            w.in_loader_fetch = 0
         t1 = time.perf_counter()
         if info.last_return is not None:
             info.gaps.append(t1 - info.last_return)
@@ -120,7 +121,7 @@ class LoaderPasses:
     def _init_loaders(self) -> None:
         self.passes: list[PassInfo] = []
         self.cur_pass: PassInfo | None = None
-        self.in_loader_fetch = False  # inside a watched DataLoader's next(): the function mode stands aside
+        self.in_loader_fetch = 0  # the thread inside a watched DataLoader's next(): the function mode stands aside
         self.loader_sites: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
         self.sampler_epochs: dict[int, list] = {}
         self.eval_seen = False
