@@ -117,7 +117,6 @@ class StepHooks:
             param = ref() if ref is not None else None
             if state == "stale" and param is not None and param.grad is not None:
                 stale = True
-        self.hits["zero-grad-checks"] = self.hits.get("zero-grad-checks", 0) + 1
         rec = self.zero_grad_by_opt.setdefault(id(opt), [0, 0, None])
         rec[0] += 1
         if stale:

@@ -125,12 +125,13 @@ def _also_trained_on(w, info) -> bool:
     not validation. A validation split drawn by a sampler from the training dataset itself (a
     SubsetRandomSampler over held-out indices) is validation, augmented with the training transform."""
     train_idx: set[int] = set()
-    for p in w.passes:
-        if p.steps > 0 and id(getattr(p.loader, "dataset", None)) == info["dataset"]:
-            idx = _sampled_indices(p.loader)
-            if idx is None:  # trained over the whole dataset
-                return True
-            train_idx |= idx
+    trained = {id(p.loader): p.loader for p in w.passes
+               if p.steps > 0 and id(getattr(p.loader, "dataset", None)) == info["dataset"]}
+    for loader in trained.values():  # once per loader, not once per epoch
+        idx = _sampled_indices(loader)
+        if idx is None:  # trained over the whole dataset
+            return True
+        train_idx |= idx
     evaluated = info["indices"]
     if not train_idx:
         return False
@@ -208,8 +209,7 @@ def _loader_speed(w) -> list[Finding]:
             continue  # every core already loads data: more workers cannot help
         if med_wait > 0.020 and frac > 0.6:
             cpu_share = sum(cpu) / max(sum(waits), 1e-9)
-            on_cpu = bool(w.roots) and all(_device_of(r.module) == "cpu" for r in w.roots.values())
-            hint = on_cpu and cpu_share > 0.3  # (a busy machine stretches the wall time of CPU work)
+            hint = _trains_on_cpu(w) and cpu_share > 0.3  # (a busy machine stretches the wall time of CPU work)
             return [Finding("dataloader-bottleneck", where=p.site, severity="info" if hint else "",
                             maybe_fine=_CPU_BOUND_LOADING if hint else "",
                             message=f"{frac:.0%} of each training step is spent waiting for the next batch "
@@ -224,16 +224,16 @@ _CPU_BOUND_LOADING = ("The model trains on the CPU and making the batch is CPU w
                       "naturally takes most of the step. Workers help only where cores are idle.")
 
 
-def _device_of(module) -> str:
-    p = next(module.parameters(), None)
-    return p.device.type if p is not None else "cpu"
+def _trains_on_cpu(w) -> bool:
+    """Whether every watched model holds its parameters on the CPU (False when no model was seen)."""
+    devices = [next(r.module.parameters(), None) for r in w.roots.values()]
+    return bool(devices) and all(p is None or p.device.type == "cpu" for p in devices)
 
 
 def _pin_memory(w) -> list[Finding]:
     if not w.roots:
         return []
-    on_cpu = all(next(r.module.parameters()).device.type == "cpu" for r in w.roots.values())
-    if not on_cpu:
+    if not _trains_on_cpu(w):
         return []
     pinned = [p for p in w.passes if getattr(p.loader, "pin_memory", False)]
     if pinned:
