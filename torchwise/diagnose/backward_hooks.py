@@ -63,7 +63,10 @@ class LossAndBackward:
         # (deep steps)
         self._mean_loss_outs: dict[int, weakref.ref] = {}
 
-    def on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any, npos: int = 2) -> None:
+    def on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any, npos: int = 2,
+                source: str | None = None) -> None:
+        """A loss function returned (deep steps). `source` is where its target comes from (objective.py): only
+        targets taken from the data are judged as labels."""
         if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         if isinstance(out, torch.Tensor):
@@ -88,7 +91,8 @@ class LossAndBackward:
         from torchwise.diagnose.checks import losses
         made_by = losses.origin(inp) if kind in ("bcelogits", "bce") else None
         with torch.no_grad():
-            losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where, made_by)
+            losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where, made_by,
+                           labelled=source in (None, "data"))
 
     def patch_backward(self) -> None:
         original = torch.autograd.backward
@@ -100,7 +104,11 @@ class LossAndBackward:
                 with quiet():
                     watcher.on_backward(tensors)
                     if watcher.is_deep:
-                        accumulation.accum_on_backward(watcher, tensors)
+                        retain = (args[1] if len(args) > 1 else kwargs.get("retain_graph")) or \
+                            (args[2] if len(args) > 2 else kwargs.get("create_graph"))
+                        if isinstance(tensors, torch.Tensor):
+                            watcher.objective.on_backward(tensors, retain_graph=bool(retain))
+                        accumulation.accum_on_backward(watcher, tensors, retain_graph=bool(retain))
             except Exception as exc:
                 watcher.internal_error("backward patch", exc)
             return original(tensors, *args, **kwargs)

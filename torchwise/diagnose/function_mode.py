@@ -20,6 +20,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from torchwise.diagnose.checks import followed, symmetry
+from torchwise.diagnose.objective import LOSS_TARGET_ARG
 from torchwise.diagnose.tensors import compiling
 
 _LOSS_KINDS = {
@@ -193,9 +194,11 @@ class FunctionMode(TorchFunctionMode):
         if w.op_hunt or (w.check_mode and w.nonfinite_op is None and func in _NAN_PRONE):
             w.hunt_op(func, args, out)
         try:
+            w.objective.on_call(func, args, kwargs, out)
+            source = w.objective.on_loss_term(func, args, kwargs, out) if func in LOSS_TARGET_ARG else None
             kind = _LOSS_KINDS.get(func)
             if kind is not None and len(args) >= 2:
-                w.on_loss(kind, func, args[0], args[1], kwargs, out, len(args))
+                w.on_loss(kind, func, args[0], args[1], kwargs, out, len(args), source=source)
             elif func in _RELU_FUNCS and w.is_deep:
                 w.on_relu_func(args[0] if args else None, out)
             elif w.bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:

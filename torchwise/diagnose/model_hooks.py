@@ -202,7 +202,9 @@ class ModelHooks:
         if info is None:
             return
         if self._deep and self.accum is not None:
-            step_record.note_root_input(self, module, args)  # new input values: a new batch (get_batch())
+            step_record.note_root_input(self, module, args)
+        if self._deep:
+            self.objective.note_model_input(args)  # new input values: a new batch (get_batch())
         if info.lazy:
             info.lazy = any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters())
             if info.lazy or not self.steps:

@@ -165,6 +165,7 @@ class StepHooks:
             return
         self.manual_watch = self._manual_since_backward = False
         self._add_optimizer(opt)
+        self.objective.on_step(opt)
         for g in opt.param_groups:  # param groups added later with add_param_group
             self.opt_param_ids.update(id(p) for p in g["params"])
         self._note_autocast("step", next((p for g in opt.param_groups for p in g["params"]), None))

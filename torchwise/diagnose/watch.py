@@ -71,6 +71,7 @@ from torchwise.diagnose.health import IDLE_FORWARDS, STRICT_ENV, SWALLOWED_STOPS
 from torchwise.diagnose.loader_passes import LoaderPasses, PassInfo
 from torchwise.diagnose.model_hooks import ModelHooks, RootInfo
 from torchwise.diagnose.model_inputs import TRAIN_REPEAT_PROBE, ModelInputs
+from torchwise.diagnose.objective import Objectives
 from torchwise.diagnose.output_tap import OutputTap
 from torchwise.diagnose.step_hooks import StepHooks
 from torchwise.diagnose.user_code import user_where
@@ -127,6 +128,7 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
         self.tokens_rows = followed.TokensAndRows()  # the task's evidence: token ids encoded, outputs indexed by rows
         self.judgement: dict | None = None  # the optimizer steps' shared record (checks/step_record.jstate)
         self.accum: dict[int, dict] | None = None               # per optimizer; only with the backward patch
+        self.objective = Objectives()  # what each optimizer is trained on (diagnose/objective.py)
 
     def _hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None:
         """Count one sighting of mistake `id` (the first one's line and what it carried are kept)."""
@@ -255,6 +257,8 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
         if self.driven and not self._deep:
             self.backwards += 1  # the loss value comes with end_step()
             return
+        if self._deep and isinstance(loss, torch.Tensor):
+            self.objective.on_backward(loss, retain_graph=False)
         self.on_backward(loss)
 
     # ------------------------------------------------------------------ results

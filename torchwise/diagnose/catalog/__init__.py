@@ -5,9 +5,9 @@ The detectors live in `torchwise.diagnose.checks` and only add the evidence (num
 the place in the user's code; everything a person reads about a mistake comes from here,
 so the Trainer, `torchwise.watch` and `torchwise check` all word it the same way.
 
-The entries live in one module per family of mistakes (data, model, losses, optimization,
-environment); entries.py gathers them into CATALOG in the order `torchwise check --list` prints,
-detected_by.py says how each is detected, finding.py words one found mistake.
+The text of each entry lives with its detector (torchwise/diagnose/detectors/<id>.py); entries.py
+gathers them into CATALOG in the registry's order, detected_by.py says how each is detected,
+finding.py words one found mistake.
 """
 from __future__ import annotations
 

@@ -17,10 +17,9 @@ Shared by the families above (each imports only these, never another family):
 """
 from __future__ import annotations
 
-from torchwise.diagnose.catalog import CATALOG, Finding
-
-_ORDER = list(CATALOG)
-
+from torchwise.diagnose.catalog import Finding
+from torchwise.diagnose.detectors import ORDER, REGISTRY
+from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -31,6 +30,9 @@ def _families():
 
 
 def decide_all(w) -> list[Finding]:
+    """Every detector's findings, then what the registry says of them: a detector of the loss curve says
+    nothing where no optimizer is trained on a fixed objective; a pattern that needs harm to warn is an info
+    hint where this run shows none; a finding explained by another one (its cause) is left out."""
     from torchwise.diagnose.checks.step_record import loss_summary
     fam = _families()
     try:
@@ -44,6 +46,9 @@ def decide_all(w) -> list[Finding]:
             found += module.decide(w, ls) if name in ("optim", "model") else module.decide(w)
         except Exception as exc:
             w.internal_error(f"detectors in checks/{name}.py", exc)
+    if not w.objective.any_fixed():
+        found = [f for f in found if REGISTRY[f.id].applies_to != FIXED_OBJECTIVES]
+    found = _apply_harm(w, found)
     found = _drop_consequences(found)
     seen, unique = set(), []
     for f in found:
@@ -51,8 +56,24 @@ def decide_all(w) -> list[Finding]:
         if key not in seen:
             seen.add(key)
             unique.append(f)
-    unique.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), _ORDER.index(f.id)))
+    unique.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), ORDER.index(f.id)))
     return unique
+
+
+def _apply_harm(w, found: list[Finding]) -> list[Finding]:
+    """A warning of a detector that needs harm (its harm_seen) stays a warning only where this run shows it."""
+    ids = {f.id for f in found if f.counts}
+    for f in found:
+        det = REGISTRY[f.id]
+        if f.counts and det.harm_seen is not None:
+            try:
+                harmed = det.harm_seen(f, ids - {f.id}, w)
+            except Exception as exc:
+                w.internal_error(f"harm_seen of {f.id}", exc)
+                harmed = True
+            if not harmed:
+                f.severity, f.maybe_fine = "info", det.maybe_fine
+    return found
 
 
 # Detectors that need an evaluation pass to judge anything.
@@ -77,6 +98,10 @@ def undecided(w) -> dict[str, str]:
             out.update(fn(w))
         except Exception as exc:
             w.internal_error(f"undecided() in checks/{name}.py", exc)
+    if not w.objective.any_fixed():
+        for det in REGISTRY.values():
+            if det.applies_to == FIXED_OBJECTIVES and det.id != "cannot-overfit-batch":
+                out.setdefault(det.id, w.objective.not_judged())
     return out
 
 
@@ -99,6 +124,7 @@ def coverage(w, *, workers: list[dict], stop_reason: str | None, internal_errors
                        "findings": len(s.get("findings", []))} for s in workers],
         "stopped": stop_reason,
         "checker_errors": internal_errors,
+        "objectives": w.objective.summary(),
     }
     und = undecided(w)
     for s in workers:  # what the followed workers saw adds to what this process saw
@@ -116,36 +142,12 @@ def coverage(w, *, workers: list[dict], stop_reason: str | None, internal_errors
     return cov
 
 
-# A finding that explains others: report the cause, not its symptoms.
-_CONSEQUENCES = {
-    "nonfinite-input": {"nonfinite-loss", "exploding-gradients", "dead-relu", "lr-too-high", "loss-not-decreasing",
-                        "vanishing-gradients", "lr-too-low"},
-    "missing-zero-grad": {"lr-too-high", "exploding-gradients", "dead-relu", "loss-not-decreasing", "nonfinite-loss"},
-    "lr-too-high": {"exploding-gradients", "dead-relu", "loss-not-decreasing", "nonfinite-loss"},
-    "unnormalized-input": {"exploding-gradients", "dead-relu", "loss-not-decreasing", "lr-too-high"},
-    "exploding-gradients": {"loss-not-decreasing", "dead-relu", "nonfinite-loss"},
-    "dead-relu": {"loss-not-decreasing", "lr-too-low", "no-gradient-flow"},
-    # clipped at 1/65536 of their size, updates look like a tiny learning rate
-    "clip-scaled-gradients": {"lr-too-low", "loss-not-decreasing", "vanishing-gradients"},
-    # an LR collapsed within the first epoch
-    "scheduler-stepped-per-batch": {"lr-too-low", "loss-not-decreasing"},
-    # squashed gradients look like a tiny learning rate
-    "softmax-before-loss": {"lr-too-low", "vanishing-gradients"},
-    "double-sigmoid": {"lr-too-low", "vanishing-gradients"},
-    "wrong-loss-for-task": {"lr-too-low"},
-    "labels-not-zero-based": {"lr-too-low"},
-}
-_EXPLAINS_FLAT_LOSS = {"softmax-before-loss", "double-sigmoid", "wrong-loss-for-task", "params-not-in-optimizer",
-                       "unregistered-submodules", "no-gradient-flow", "lr-too-low", "vanishing-gradients",
-                       "no-shuffle", "train-mode-missing", "labels-not-zero-based", "output-classes-mismatch",
-                       "nonfinite-loss", "symmetric-init", "scheduler-stepped-per-batch", "clip-scaled-gradients"}
-
-
 def _drop_consequences(found: list[Finding]) -> list[Finding]:
+    """Report the cause, not its symptoms: a finding that counts (a warning or an error) drops those its detector
+    `explains`, in the registry's order (a dropped finding explains nothing)."""
     ids = {f.id for f in found}
-    for cause, effects in _CONSEQUENCES.items():  # in priority order: a dropped finding explains nothing
-        if cause in ids:
-            ids -= effects
-    if ids & _EXPLAINS_FLAT_LOSS:
-        ids.discard("loss-not-decreasing")
+    counting = {f.id for f in found if f.counts}
+    for cause in ORDER:
+        if cause in ids and cause in counting:
+            ids -= set(REGISTRY[cause].explains)
     return [f for f in found if f.id in ids]

@@ -14,11 +14,12 @@ import torch
 
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks.followed import recall
-from torchwise.diagnose.checks.step_record import jstate, median, roots_of
+from torchwise.diagnose.checks.step_record import jstate, median, opt_kind, roots_of
+from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 from torchwise.diagnose.user_code import user_where
 
 
-def accum_on_backward(w, tensors) -> None:
+def accum_on_backward(w, tensors, retain_graph: bool = False) -> None:
     loss = tensors if isinstance(tensors, torch.Tensor) else (
         tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
     if not isinstance(loss, torch.Tensor) or not w.accum:
@@ -35,8 +36,11 @@ def accum_on_backward(w, tensors) -> None:
             continue
         g = sample.grad
         if g is None or not bool(g.any()):  # cleared since: a new window
-            st.update(n=0, raw=0, new=0, batch=None, mixed=False, fps=set(), shapes=set())
+            st.update(n=0, raw=0, new=0, batch=None, mixed=False, fps=set(), shapes=set(), retained=False)
         st["n"] += 1
+        # a backward() that keeps its graph for the next one: the losses of one sequence's time steps (truncated
+        # BPTT, per-step backward()), whose sum is the sequence's gradient, not micro-batches to average
+        st["retained"] = st.get("retained", False) or retain_graph
         st["raw"] += raw
         if batch is not None:
             # a loader's batch: new when the loader moved on (a GAN's real and fake halves share one)
@@ -73,11 +77,13 @@ def accum_on_step(w, opt) -> None:
     elif w.is_deep and st["sample"] is not None and st["n"] and (w.cur_pass is not None or j["inputs_seen"]):
         w.hits["accumulation-unscaled:n"] = w.hits.get("accumulation-unscaled:n", 0) + 1
         k = st["n"]
-        if k >= 2 and st["raw"] == k and st["new"] == k and not st["mixed"]:
+        if k >= 2 and st["raw"] == k and st["new"] == k and not st["mixed"] and not st.get("retained"):
             w.hits["accumulation-unscaled"] = w.hits.get("accumulation-unscaled", 0) + 1
             w.hit_where.setdefault("accumulation-unscaled", st["where"])
-            w.hit_info.setdefault("accumulation-unscaled", {"k": []})["k"].append(k)
-    st.update(n=0, raw=0, new=0, batch=None, mixed=False, fps=set(), shapes=set())
+            info = w.hit_info.setdefault("accumulation-unscaled", {"k": [], "opts": {}})
+            info["k"].append(k)
+            info.setdefault("opts", {})[id(opt)] = opt_kind(opt)
+    st.update(n=0, raw=0, new=0, batch=None, mixed=False, fps=set(), shapes=set(), retained=False)
     sample = st["sample"]() if st["sample"] is not None else None
     if sample is None or sample.grad is None:
         # a small parameter with a non-zero gradient now tells later whether the gradients were cleared
@@ -91,9 +97,16 @@ def decide_accumulation(w) -> list[Finding]:
     hits, checked = w.hits.get("accumulation-unscaled", 0), w.hits.get("accumulation-unscaled:n", 0)
     if hits < 2 or hits < 0.5 * checked:
         return []
-    ks = w.hit_info["accumulation-unscaled"]["k"]
-    k = median(ks)
+    info = w.hit_info["accumulation-unscaled"]
+    opts = {oid: kind for oid, kind in info.get("opts", {}).items() if w.objective.kind(oid) in FIXED_OBJECTIVES}
+    # the harm: summed gradients make each update k times the mean's only for a fixed objective's loss, and only
+    # an optimizer that follows the gradient's size (SGD-like) moves k times further; Adam-like ones do not
+    if not opts:
+        return []
+    adaptive = all(kind == "adaptive" for kind in opts.values())
+    k = median(info["k"])
     return [Finding("accumulation-unscaled", where=w.hit_where.get("accumulation-unscaled"),
+                    severity="info" if adaptive else "",
                     message=f"At {hits} of {checked} checked optimizer steps, step() used the gradients summed over "
                             f"{k} backward() calls on {k} different batches, each on the loss function's output "
                             f"as is (not divided by {k}): the update is {k}x the mean gradient's, as with a {k}x "

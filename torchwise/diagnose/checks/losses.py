@@ -70,14 +70,18 @@ def origin(t: torch.Tensor) -> str | None:
 
 
 def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict, where: str | None,
-            made_by: str | None = None) -> None:
+            made_by: str | None = None, labelled: bool = True) -> None:
+    """One loss call's input and target. `labelled`: the target comes from the data; a target the script made
+    (a GAN's labels, a contrastive loss's zeros), computed from a model (a TD target) or the model's own input
+    (an autoencoder) tells nothing about labels, so only what is wrong whatever the target (the input's form,
+    shapes that broadcast) is judged then."""
     note_train_rows(w, inp)
     if kind in ("ce", "nll"):
-        _inspect_classification(w, kind, inp, target, kwargs, where)
+        _inspect_classification(w, kind, inp, target, kwargs, where, labelled)
     elif kind in ("bcelogits", "bce"):
-        _inspect_binary(w, kind, inp, target, kwargs, where, made_by)
+        _inspect_binary(w, kind, inp, target, kwargs, where, made_by, labelled)
     elif kind == "reg":
-        _inspect_regression(w, inp, target, where)
+        _inspect_regression(w, inp, target, where, labelled)
     if target.is_floating_point() and w.nonfinite_input is None and not _all_finite(target):
         w.nonfinite_input = {"step": w.steps, "n_nonfinite": int((~torch.isfinite(target)).sum()),
                              "numel": target.numel(), "what": "targets", "where": where}
@@ -110,7 +114,7 @@ def _input_form(x: torch.Tensor, cdim: int, low_precision: bool) -> str | None:
     return None
 
 
-def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
+def _inspect_classification(w, kind, inp, target, kwargs, where, labelled: bool = True) -> None:
     if inp.dim() < 1:
         return
     cdim = 1 if inp.dim() >= 2 else 0
@@ -129,6 +133,8 @@ def _inspect_classification(w, kind, inp, target, kwargs, where) -> None:
     elif not probs_like and form != "logprobs" and bool(x.max() > 1e-4):
         wrong = True
         count_hit(w, "wrong-loss-for-task", True, where, {"reason": "nll-raw-logits"})
+    if not labelled:
+        return
     if target.is_floating_point():
         if target.shape == inp.shape:
             t = target.float()
@@ -196,7 +202,7 @@ def _looks_like_lm(w, inp, labels, C) -> bool:
     return False
 
 
-def _inspect_binary(w, kind, inp, target, kwargs, where, made_by=None) -> None:
+def _inspect_binary(w, kind, inp, target, kwargs, where, made_by=None, labelled: bool = True) -> None:
     x = inp.float()
     # judged by where the input came from, not by its values: logits that happen to lie in (0, 1) are
     # logits; a sigmoid's output is a probability whatever its values
@@ -208,6 +214,8 @@ def _inspect_binary(w, kind, inp, target, kwargs, where, made_by=None) -> None:
     if bool(t.min() < 0) or bool(t.max() > 1):
         count_hit(w, "wrong-loss-for-task", True, where, {"reason": "bce-targets-not-01",
                                                        "target_max": float(t.max())})
+        return
+    if not labelled:
         return
     b = w.bin
     pos = t > 0.5
@@ -222,7 +230,7 @@ def _inspect_binary(w, kind, inp, target, kwargs, where, made_by=None) -> None:
         del recent[:-_RECENT_CALLS]
 
 
-def _inspect_regression(w, inp, target, where) -> None:
+def _inspect_regression(w, inp, target, where, labelled: bool = True) -> None:
     t = target.float()
     if t.numel() < 8:
         return
@@ -233,6 +241,8 @@ def _inspect_regression(w, inp, target, where) -> None:
     if expanded:
         count_hit(w, "wrong-loss-for-task", True, where, {"reason": "broadcast", "input_shape": list(inp.shape),
                                                        "target_shape": list(target.shape)})
+        return
+    if not labelled:
         return
     integral = bool((t == t.round()).all()) and bool(t.min() >= 0)
     if not integral:

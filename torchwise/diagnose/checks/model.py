@@ -9,6 +9,7 @@ import torch
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks import step_record
 from torchwise.diagnose.checks.symmetry import decide_symmetry
+from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 
 def _container_of(root_module, module) -> str | None:
     """Name of the plain list/dict/tuple attribute of the root (or a submodule) that holds `module`."""
@@ -228,6 +229,7 @@ def on_root_output(w, module, out) -> None:
     with gradients on, a hook on its graph tells whether any backward() ever reaches it."""
     from torchwise.diagnose.checks.followed import remember
     step_record.note_root_output(w, module, out)
+    w.objective.note_model_output(out)
     tensors = _out_tensors(out)
     for t in tensors[:1]:
         if t.is_floating_point() and t.dim() >= 1:
@@ -328,10 +330,17 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
     chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
     curves = {oid: c for oid, c in step_record.loss_curves(w, ls).items() if len(c) >= 30}
     names = {id(o): type(o).__name__ for o in w.optimizers}
-    if len(curves) >= 2:  # judged per optimizer: each has its own loss
-        series = [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())]
-    else:
+    kinds = w.objective.kinds()
+    loose = {oid: k for oid, k in kinds.items() if k not in FIXED_OBJECTIVES}
+    if len(curves) >= 2:  # judged per optimizer: each has its own loss, and its own objective
+        series = [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())
+                  if oid not in loose and oid in kinds]
+    elif kinds and not loose:
         series = [(None, [v for v in ls["vals"] if math.isfinite(v)])]
+    else:
+        series = []
+    if not series:
+        return [], w.objective.not_judged()
     stopped = bool(getattr(w, "stop_reason", None)) or (bool(w.max_steps) and w.steps >= w.max_steps)
     epochs = sum(1 for p in w.passes if p.closed and p.steps > 0)
     seen_enough = not stopped or epochs >= 2

@@ -9,6 +9,7 @@ from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks.accumulation import decide_accumulation
 from torchwise.diagnose.checks.step_record import TYPICAL_LR, adversarial_pair, jstate, median, opt_kind
 from torchwise.diagnose.checks.symmetry import inspect_symmetry
+from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 
 _SNAP_LIMIT = 20_000_000  # elements copied to measure the update size; larger models: the biggest tensors
 
@@ -106,8 +107,8 @@ def _lr_low_evidence(w) -> dict | None:
     for oid, rs in j["upd"].items():
         rs = [r for r in rs if math.isfinite(r)]
         info = j["opt_info"].get(oid) or {}
-        if len(rs) < 3 or not info.get("lr"):
-            continue
+        if len(rs) < 3 or not info.get("lr") or w.objective.kind(oid) not in FIXED_OBJECTIVES:
+            continue  # (a flat loss is no harm where the objective is not supposed to fall)
         r = median(rs)
         if r >= 1e-4:
             continue
@@ -221,8 +222,9 @@ def _update_evidence(w, ls: dict) -> dict:
     early = ratios[: max(1, len(ratios) // 3)]
     early_med = median(early) if early else None
     diverged = False
-    # a rising loss is a symptom, except in an adversarial pair, where one loss rises by design
-    if ls.get("first") is not None and ls["last"] > 1.5 * ls["initial"] and adv is None:
+    # a rising loss is a symptom only of a fixed objective: a GAN's, a policy gradient's or a TD error's loss
+    # rises by design
+    if ls.get("first") is not None and ls["last"] > 1.5 * ls["initial"] and adv is None and w.objective.all_fixed():
         diverged = True
     went_bad = ls["first_bad"] is not None and ls["first_bad"] >= 3 and ls.get("max") is not None \
         and ls.get("first") is not None and ls["max"] > 3 * ls["first"]
