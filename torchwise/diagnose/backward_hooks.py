@@ -55,6 +55,9 @@ class LossAndBackward:
         self._bw_refs: list[tuple[int, weakref.ref, weakref.ref | None]] = []
         self.retained_losses = 0
         self.retained_inside = 0
+        self.retained_holders: list[str] = []  # the user's containers found holding kept loss tensors
+        self._holder_walks = 0                 # referrer walks made (each scans the heap: a few per run)
+        self._bound_walks = 0                  # walks that found no growing container
         # backward-in-autocast: backward()/step() calls checked, and those that started with autocast on
         self.autocast_use: dict[str, Any] = {"backward": 0, "step": 0, "backward_in": 0, "step_in": 0,
                                              "where": None, "where_step": None, "dtype": None, "device": None,
@@ -189,6 +192,8 @@ class LossAndBackward:
             if t is None and not inside:
                 continue
             if step <= self.steps - age:
+                if not inside and t.grad_fn is not None and not self._held_by_user(t):
+                    continue  # a name rebound at the next pass (or torchwise itself) holds it: memory does not grow
                 if inside or t.grad_fn is not None:
                     self.retained_losses += 1
                     self.retained_inside += inside
@@ -200,6 +205,21 @@ class LossAndBackward:
                 continue
             keep.append((step, ref, marker))
         self._bw_refs = keep
+
+    def _held_by_user(self, t: torch.Tensor) -> bool:
+        """Whether a container of the user's program that can grow (a list, a dict, ...) holds the loss tensor;
+        its name goes into the finding's evidence. A few walks per run: each scans every object."""
+        if self._holder_walks >= 6 or self._bound_walks >= 2:
+            return False  # two walks found a name rebound each pass (or nothing of the user's): so will the next
+        self._holder_walks += 1
+        from torchwise.diagnose.holders import holder_of
+        holder = holder_of(t)
+        if holder is None or not holder.growing:
+            self._bound_walks += 1
+            return False
+        if holder.name not in self.retained_holders:
+            self.retained_holders.append(holder.name)
+        return True
 
     def _check_eval_loss_graphs(self, info: Any) -> None:
         """An evaluation pass (no step, no backward()) ended: losses of earlier batches whose graph is still

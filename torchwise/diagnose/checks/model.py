@@ -137,9 +137,11 @@ def _loss_retains_graph(w) -> list[Finding]:
     h = w.hits
     if h.get("loss-retains-graph"):
         how = w.hit_info.get("loss-retains-graph", {}).get("how")
+        holders = getattr(w, "retained_holders", [])
         if how == "kept alive":
             msg = (f"{w.retained_losses} loss tensors were still alive with their graphs 3 or more steps after "
-                   "their backward() (stored in a list or an attribute).")
+                   f"their backward(), held by {', '.join(holders) or 'a container of the program'}: one more "
+                   "graph in memory at every step.")
         elif how == "kept inside a total":
             msg = (f"The graphs of {w.retained_losses} losses were still alive 3 or more steps after their "
                    "backward(), held inside another tensor's graph: a running total or average built from the "
@@ -152,8 +154,11 @@ def _loss_retains_graph(w) -> list[Finding]:
             msg = (f"At {h['loss-retains-graph']} of {w.steps} steps, a loss tensor that already went through "
                    "backward() was added into a running total that requires grad, so every step's graph stays "
                    "in memory.")
+        evidence = {"occurrences": h["loss-retains-graph"]}
+        if holders:
+            evidence["held_by"] = holders
         out.append(Finding("loss-retains-graph", where=w.hit_where.get("loss-retains-graph"), message=msg,
-                           evidence={"occurrences": h["loss-retains-graph"]}))
+                           evidence=evidence))
     return out
 
 
