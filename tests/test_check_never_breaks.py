@@ -35,7 +35,8 @@ def train_epoch():
 
 
 def _env() -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", TORCHWISE_CHECK_STRICT="1")
+    # an inference loop is stopped after 2,000 forwards and this many seconds with no optimizer step
+    return dict(os.environ, OMP_NUM_THREADS="1", TORCHWISE_CHECK_STRICT="1", TORCHWISE_CHECK_IDLE_SECONDS="3")
 
 
 def check(script: Path, *extra: str, report: Path | None = None) -> subprocess.CompletedProcess:

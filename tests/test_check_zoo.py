@@ -54,12 +54,19 @@ def test_buggy_script_is_caught(path):
     assert finding.where and finding.where.rsplit(":", 1)[0].endswith(path.name), finding.where
 
 
+def info_ok(path: Path) -> set[str]:
+    """The info hints a correct script declares true of itself (`# info-ok: <id>` lines)."""
+    return set(re.findall(r"^# info-ok: ([\w-]+)$", path.read_text(), re.M))
+
+
 @pytest.mark.parametrize("path", CORRECT, ids=lambda p: p.stem)
 def test_correct_script_has_no_finding(path):
     result = run_quietly(path)
     assert result.error is None, result.traceback
-    assert result.steps > 0
-    assert result.findings == [], "\n\n".join(f.render() for f in result.findings)
+    assert result.steps > 0, f"{path.name}: stopped before its first optimizer step ({result.stop_reason})"
+    allowed = info_ok(path)
+    unexpected = [f for f in result.findings if not (f.severity == "info" and f.id in allowed)]
+    assert unexpected == [], "\n\n".join(f.render() for f in unexpected)
 
 
 def test_detection_does_not_depend_on_names_or_comments(tmp_path):

@@ -10,7 +10,19 @@ import os
 import time
 from typing import Any
 
-IDLE_FORWARDS = 2_000  # model forwards with no optimizer step after which a checked script is stopped
+# A checked script that makes model forwards and no optimizer step (an inference loop that does not end) is
+# stopped only when both hold: this many forwards, and IDLE_SECONDS since the last step (or the start). A count
+# alone would stop a DQN filling its replay buffer, or any program that works a long time before training.
+IDLE_FORWARDS = 2_000
+IDLE_SECONDS = 120.0
+IDLE_ENV = "TORCHWISE_CHECK_IDLE_SECONDS"  # another time (tests of the stop itself)
+
+
+def idle_seconds() -> float:
+    try:
+        return float(os.environ.get(IDLE_ENV, IDLE_SECONDS))
+    except ValueError:
+        return IDLE_SECONDS
 SWALLOWED_STOPS = 200   # StopScript raises a script may swallow (a bare except:) before check ends it itself
 STRICT_ENV = "TORCHWISE_CHECK_STRICT"  # "1": a detector's own failure fails the check (tests, the corpus)
 
@@ -37,6 +49,7 @@ class Health:
         self._stop_since: float | None = None
         self.on_force_stop: Any = None   # runner: finish the report and end the process
         self._fwd_since_step = 0
+        self._idle_since = time.perf_counter()  # the last optimizer step (or the start)
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         """A hook or detector of ours failed: lose that evidence, never the user's run; count and show it."""

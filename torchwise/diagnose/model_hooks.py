@@ -6,6 +6,8 @@ and these hooks run on every forward: they are kept together, small and fast, ap
 """
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +16,9 @@ from torch import nn
 
 from torchwise.diagnose.checks import model as model_checks
 from torchwise.diagnose.checks import step_record, symmetry
-from torchwise.diagnose.health import IDLE_FORWARDS
+from torchwise.diagnose.health import IDLE_FORWARDS, idle_seconds
 from torchwise.diagnose.tensors import all_finite, compiling, quiet
-from torchwise.diagnose.user_code import user_where, where_defined
+from torchwise.diagnose.user_code import is_user_file, user_where, where_defined
 from torchwise.models.structure import has_convolutions
 
 
@@ -63,6 +65,7 @@ class ModelHooks:
         self.bn_where: str | None = None
         self._pending_evalmode_train: str | None = None
         self.eval_forwards = 0  # forwards under no_grad or in the eval phase (ReduceLROnPlateau's evidence)
+        self._direct_frame: Any = None  # the frame of the last model.forward(x) called directly (see _direct_forward)
 
     def _add_root(self, module: nn.Module) -> RootInfo:
         info = self.roots.get(id(module))
@@ -84,6 +87,31 @@ class ModelHooks:
             self._param_ptrs[p.untyped_storage().data_ptr()] = id(p)
         return info
 
+    def _direct_forward(self, part: nn.Module) -> None:
+        """A layer called with no model forward running: inside `model.forward(x)` called directly (old code, and
+        `criterion.forward`'s kin), the model's own hooks never run. The model is the module whose method the
+        nearest user frame runs and which holds the layer: it becomes the root (its layers are parts, not models),
+        and the first of its layers called in each such forward stands for the model's forward."""
+        frame = sys._getframe(3)
+        for _ in range(6):
+            if frame is None:
+                return
+            owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+            if isinstance(owner, nn.Module) and is_user_file(frame.f_code.co_filename):
+                break
+            frame = frame.f_back
+        else:
+            return
+        if not any(m is part for m in owner.modules()) or next(owner.parameters(), None) is None:
+            return
+        if id(owner) not in self.roots:
+            self._add_root(owner)
+        if self._direct_frame is not frame:
+            self._direct_frame = frame  # held until the next such forward: one frame, so its id is never reused
+            code = frame.f_code
+            args = tuple(frame.f_locals[n] for n in code.co_varnames[1:code.co_argcount] if n in frame.f_locals)
+            self._root_pre(owner, args)
+
     def module_name(self, m: nn.Module) -> str:
         for info in self.roots.values():
             name = info.names.get(id(m))
@@ -95,6 +123,8 @@ class ModelHooks:
         stack = self._stack
         if not stack:
             mid = id(module)
+            if self._global and mid not in self.roots:
+                self._direct_forward(module)
             if self._global and mid not in self.roots and mid not in self._not_roots:
                 if mid in self._local_ids:  # a part of a known model called directly (vae.decode(z)): not a model
                     self._not_roots.add(mid)
@@ -182,10 +212,12 @@ class ModelHooks:
                 self._root_pre_impl(module, args)
         except Exception as exc:
             self.internal_error("model forward pre-hook", exc)
-        if self.max_steps and self.check_mode and self._fwd_since_step >= IDLE_FORWARDS:
+        if self.max_steps and self.check_mode and self._fwd_since_step >= IDLE_FORWARDS and \
+                time.perf_counter() - self._idle_since >= idle_seconds():
             what = "since the last optimizer step" if self.steps or self.manual_steps else "and no optimizer step"
-            self.request_stop(f"{IDLE_FORWARDS:,} model forwards {what} (an inference or evaluation loop "
-                              "that does not end)")
+            self.request_stop(f"{self._fwd_since_step:,} model forwards {what}, over "
+                              f"{time.perf_counter() - self._idle_since:.0f} s (an inference or evaluation loop that "
+                              "does not end)")
 
     def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
         model_checks.record_relu(self, key, out, label)  # pooled over batches: batch size 1 is judged too

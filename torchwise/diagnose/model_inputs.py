@@ -33,6 +33,10 @@ class ModelInputs:
         self.eval_groups: list[dict] = []
         self._eval_group_open = False
         self._last_train_input: weakref.ref | None = None  # the last training forward's input tensor
+        # root id -> the row hashes of its last forward with gradients on (its graph use decides later whether
+        # it trained: checks/model.py settle_graph_uses)
+        self.last_row_hashes: dict[int, list[int]] = {}
+        self.reached_rows: set[int] = set()  # rows of forwards whose graph a backward() reached: trained on
         # cudnn-benchmark-varying-shapes (not in driven mode: the Trainer switches benchmark off itself):
         # per-sample input shapes of convolutional models' training forwards while cudnn.benchmark was True
         self.bench_shapes: dict[str, Any] = {"shapes": {}, "forwards": 0, "where": None, "device": None,
@@ -118,6 +122,7 @@ class ModelInputs:
         if train:
             self._eval_group_open = False
             hashes = [hash((root, r.tobytes())) for r in rows]
+            self.last_row_hashes[root] = hashes[:1024]
             probe = self.train_repeats
             if not probe["done"]:
                 # within the first pass over the training data (it ends with its loader, or at the first

@@ -6,6 +6,7 @@ gradients' clearing, the update sizes in deep steps); the model and backward hoo
 """
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any
 
@@ -232,6 +233,7 @@ class StepHooks:
         else:
             self._stack.clear()
         self._fwd_since_step = 0
+        self._idle_since = time.perf_counter()
         if self.max_steps and self.steps >= self.max_steps:
             enough = (self.eval_seen or self.epoch_without_eval or not self.passes
                       or self.steps >= self._step_cap())

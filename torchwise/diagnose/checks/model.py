@@ -46,6 +46,7 @@ def decide(w, ls: dict) -> list[Finding]:
 
 def _mode_mistakes(w) -> list[Finding]:
     """eval-mode-missing and train-mode-missing: the layers that behave by mode, in the wrong one."""
+    unused = [] if w.hits.get("eval-mode-missing") else _unused_train_mode_forwards(w)
     out: list[Finding] = []
     h = w.hits
     if h.get("eval-mode-missing"):
@@ -55,11 +56,39 @@ def _mode_mistakes(w) -> list[Finding]:
                                    "or over a loader with no optimizer step) ran with the model still in training mode; "
                                    "its Dropout/BatchNorm layers behave differently there.",
                            evidence={"eval_forwards_in_train_mode": h["eval-mode-missing"]} | info))
+    elif unused:
+        n, samples = len(unused), sum(f["samples"] for f in unused)
+        out.append(Finding("eval-mode-missing", where=unused[0]["where"],
+                           message=f"{n} forward pass(es) of {unused[0]['model']} ({samples} samples) ran in training "
+                                   "mode with gradients on, and no backward() ever used their output: they were "
+                                   "made for evaluation (a predict() or validation function), on samples the model "
+                                   "never trained on, with its Dropout/BatchNorm layers behaving as in training.",
+                           evidence={"eval_forwards_in_train_mode": n, "samples": samples,
+                                     "model": unused[0]["model"]}))
     if h.get("train-mode-missing"):
         out.append(Finding("train-mode-missing", where=w.hit_where.get("train-mode-missing"),
                            message=f"{h['train-mode-missing']} optimizer step(s) followed forward passes made in eval mode "
                                    "(model.training == False) by a model with Dropout/BatchNorm layers.",
                            evidence={"steps_trained_in_eval_mode": h["train-mode-missing"], "steps": w.steps}))
+    return out
+
+
+# a forward whose rows are at most this share of rows trained on is held-out data (a replay buffer's states,
+# which the optimizer later samples, reach far more)
+_HELD_OUT_SHARE = 0.2
+
+
+def _unused_train_mode_forwards(w) -> list[dict]:
+    """Forwards in train mode, gradients on, that no backward() reached and whose input rows were (nearly) never
+    among the rows of forwards a backward() did reach: evaluation not written as a no_grad loop."""
+    held = w.hit_info.get("eval-mode-missing~unused")
+    if not held or not w.reached_rows:
+        return []
+    out = []
+    for f in held["forwards"]:
+        hs = f["hashes"]
+        if len(hs) >= 8 and sum(x in w.reached_rows for x in hs) <= _HELD_OUT_SHARE * len(hs):
+            out.append(f)
     return out
 
 
@@ -250,8 +279,12 @@ def on_root_output(w, module, out) -> None:
     def reached(grad_outputs, flag=flag):
         flag[0] = True
 
+    info = w.roots.get(id(module))
     w.graph_uses.append({"step": w.steps, "reached": flag, "handles": [n.register_prehook(reached) for n in nodes],
                          "training": module.training, "where": user_where(),
+                         "hashes": w.last_row_hashes.pop(id(module), None),
+                         "mode_layers": bool(info is not None and info.has_mode_layers),
+                         "model": info.label if info is not None else type(module).__name__,
                          "samples": int(tensors[0].shape[0]) if tensors[0].dim() else 1,
                          "key": (tensors[0].data_ptr(), tensors[0].numel())})
 
@@ -270,6 +303,20 @@ def settle_graph_uses(w) -> None:
         # an output that went on into another model's forward (a GAN's fake, detached for the
         # discriminator's step) was a training input, not an evaluation
         fed = rec.get("key") in fed_keys
+        hashes = rec.get("hashes") or []
+        if rec["reached"][0] and len(w.reached_rows) < 500_000:
+            w.reached_rows.update(hashes)
+        elif hashes and sum(x in w.reached_rows for x in hashes) <= _HELD_OUT_SHARE * len(hashes):
+            # rows no backward() used are no training rows (a predict() on the test set with gradients on):
+            # they must not make a later validation on the same rows look like a leak
+            w.train_hashes.difference_update(hashes)
+        if not rec["reached"][0] and not fed and rec["training"] and rec["mode_layers"] and hashes:
+            # a forward no backward() used, in train mode, on rows that may never be trained on: evaluation
+            # written as a plain function (predict(model, x_test)); judged once the run is over
+            held = w.hit_info.setdefault("eval-mode-missing~unused", {"forwards": []})
+            if len(held["forwards"]) < 64:
+                held["forwards"].append({"where": rec["where"], "samples": rec["samples"], "hashes": hashes,
+                                         "model": rec["model"], "step": rec["step"]})
         if not rec["reached"][0] and not fed:
             u = w.hit_info.setdefault("eval-without-no-grad", {"forwards": 0, "samples": 0, "in_eval_mode": 0})
             u["forwards"] += 1

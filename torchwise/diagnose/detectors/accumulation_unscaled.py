@@ -24,8 +24,9 @@ for i, (x, y) in enumerate(loader):
     evidence=('k > 1 backward() calls between two steps of one optimizer, each on a new batch (new loader batch, or'
               " new input values for its models) and on the loss function's output itself"),
     applies_to=FIXED_OBJECTIVES,
-    harm=('Reported as a warning only for an optimizer that does not rescale gradients (SGD-like), where the summed'
-          ' gradients make every update k times the intended one; with Adam-like optimizers an info hint.'),
+    harm=('The run is harmed only with an optimizer that does not rescale gradients (SGD-like): the summed '
+          'gradients make every update k times the intended one (then a warning); with Adam-like optimizers an info'
+          ' hint.'),
     explains=(),
     decided_in='checks/accumulation.py',
 )

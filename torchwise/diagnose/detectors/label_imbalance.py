@@ -20,8 +20,8 @@ criterion = nn.CrossEntropyLoss(weight=counts.sum() / (len(counts) * counts))
               'class for none of its samples in the last 10 checked batches, else an info hint; not for next-token '
               '(language-model) targets'),
     applies_to=LABELLED_TARGETS,
-    harm=('Reported as a warning only when the model predicted the rare class for none of its samples in the last '
-          'checked batches; otherwise an info hint.'),
+    harm=('The run is harmed only when the model predicted the rare class for none of its samples in the last '
+          'checked batches (then a warning); otherwise an info hint.'),
     explains=(),
     decided_in='checks/losses.py',
 )

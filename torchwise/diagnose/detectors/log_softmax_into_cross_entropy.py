@@ -18,7 +18,8 @@ loss = F.cross_entropy(model(x), y)
 # or keep log_softmax in forward and use the loss written for it:
 loss = F.nll_loss(model(x), y)     # nll_loss(log_softmax(x), y) == cross_entropy(x, y)
 """,
-    maybe_fine=(""),
+    maybe_fine=("cross_entropy(log_softmax(x)) == cross_entropy(x) in value and gradient, so training is not "
+                "affected; only the model's outputs are log-probabilities where a reader expects logits."),
     evidence=('every value of the cross_entropy input is <= 0 and its logsumexp over the class dim is 0 (a '
               'log_softmax output), in 80% of 2+ checked calls'),
     applies_to=ALL_OBJECTIVES,

@@ -18,8 +18,9 @@ losses.append(loss.item())         # or loss.detach()
               "another tensor's, alive 3+ steps after its backward(); or an evaluation pass's loss graphs alive at "
               "the pass's end"),
     applies_to=ALL_OBJECTIVES,
-    harm=("Memory grows with every step: a holder in the user's program (named in the evidence) keeps each step's "
-          'autograd graph alive.'),
+    harm=("The run is harmed: memory grows with every step, because a container of the user's program that can grow"
+          " (named in the evidence) keeps each step's autograd graph alive; a variable rebound at the next pass is "
+          'no finding.'),
     explains=(),
     decided_in='checks/model.py',
 )

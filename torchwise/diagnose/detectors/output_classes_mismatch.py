@@ -19,8 +19,9 @@ model.fc = nn.Linear(in_features, num_classes)
               'for next-token (language-model) targets, nor for a target that is class 0 in every row (a '
               'contrastive loss)'),
     applies_to=LABELLED_TARGETS,
-    harm=("The model spends outputs on classes that (at the odds computed) never occur in the data's targets: a "
-          'head sized for another data set.'),
+    harm=('Wrong whatever happens: the model has outputs for classes that (at the odds computed) never occur among '
+          "the data's targets, a head sized for another data set, so its probabilities and accuracy are spread over"
+          ' classes that do not exist.'),
     explains=('loss-not-decreasing',),
     decided_in='checks/losses.py',
 )

@@ -16,8 +16,8 @@ nn.Sequential(nn.Linear(d, h), nn.ReLU(), ...)    # ReLU/GELU instead of Sigmoid
     maybe_fine=(""),
     evidence=('first-layer vs last-layer (gradient norm / weight norm), at sampled steps'),
     applies_to=ALL_OBJECTIVES,
-    harm=("The first layers cannot learn: their gradients are under 1/1000 of the last layer's relative to their "
-          'weights with an optimizer (SGD-like) that does not rescale them.'),
+    harm=("The run is harmed: the first layers cannot learn, their gradients being under 1/1000 of the last layer's"
+          ' relative to their weights, with an optimizer (SGD-like) that does not rescale them.'),
     explains=('loss-not-decreasing',),
     decided_in='checks/optim.py',
 )
