@@ -43,6 +43,22 @@ class Program:
     needs: list[str]
     timeout_s: int
     compare_output: bool = True  # false (with "why_not_compared") where two plain runs print other text
+    repo: str = ""               # the upstream repository, owner/name: it decides the program's half
+    kinds: list[str] = dataclasses.field(default_factory=list)  # what kind of training it is (free tags)
+
+    @property
+    def split(self) -> str:
+        return split_of(self.repo)
+
+
+def split_of(repo: str) -> str:
+    """The corpus's two halves, fixed once and by repository (every program of one repository is in the same
+    half): "tune", which the checker may be changed against, and "heldout", measured only to report. A
+    program without a repository is in neither ("-")."""
+    if not repo:
+        return "-"
+    import hashlib
+    return "tune" if hashlib.sha256(repo.strip().lower().encode()).digest()[0] % 2 == 0 else "heldout"
 
 
 @dataclasses.dataclass
@@ -87,7 +103,8 @@ class Outcome:
         return "clean" if not unexplained else "clean (unlisted info: " + ", ".join(unexplained) + ")"
 
 
-def load_programs(only: list[str] | None = None, quick: bool = False, root: Path | None = None) -> list[Program]:
+def load_programs(only: list[str] | None = None, quick: bool = False, root: Path | None = None,
+                  split: str | None = None) -> list[Program]:
     progs = []
     for cfg in sorted((root or PROGRAMS).glob("*/corpus.json")):
         d = json.loads(cfg.read_text(encoding="utf-8"))
@@ -95,7 +112,8 @@ def load_programs(only: list[str] | None = None, quick: bool = False, root: Path
                     info_ok=dict(d.get("info_ok", {})), args=[str(a) for a in d.get("args", [])],
                     max_steps=int(d.get("max_steps", 300)), quick=bool(d.get("quick", False)),
                     needs=list(d.get("needs", [])), timeout_s=int(d.get("timeout_s", 180)),
-                    compare_output=bool(d.get("compare_output", True)))
+                    compare_output=bool(d.get("compare_output", True)), repo=str(d.get("repo", "")),
+                    kinds=[str(k) for k in d.get("kinds", [])])
         if not p.compare_output and not d.get("why_not_compared"):
             raise SystemExit(f"{cfg}: compare_output false needs why_not_compared (why two plain runs differ)")
         if p.kind not in ("correct", "buggy"):
@@ -103,6 +121,8 @@ def load_programs(only: list[str] | None = None, quick: bool = False, root: Path
         if only and p.name not in only:
             continue
         if quick and not p.quick:
+            continue
+        if split and p.split != split:
             continue
         progs.append(p)
     if only:
@@ -214,10 +234,12 @@ def run_program(p: Program, *, full: bool = False, strict: bool = True, keep: Pa
 
 
 def table(outcomes: list[Outcome]) -> str:
-    rows = [("program", "kind", "expected", "found (warning/error)", "info", "verdict", "plain s", "check s")]
+    rows = [("program", "half", "kind", "objectives", "expected", "found (warning/error)", "info", "verdict",
+             "plain s", "check s")]
     for o in outcomes:
         p = o.program
-        rows.append((p.name, p.kind, ",".join(p.expect) or "-", ",".join(o.warnings) or "-",
+        objectives = ",".join(sorted(set((o.coverage.get("objectives") or {}).values()))) or "-"
+        rows.append((p.name, p.split, p.kind, objectives, ",".join(p.expect) or "-", ",".join(o.warnings) or "-",
                      ",".join(o.infos) or "-", o.verdict if not o.skipped else f"skipped: {o.skipped}",
                      f"{o.plain_s:.1f}", f"{o.check_s:.1f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -248,12 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", metavar="DIR", help=f"the corpus folder (default {PROGRAMS})")
     ap.add_argument("--only", nargs="+", metavar="NAME")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--split", choices=["tune", "heldout"], help="one half of the corpus (by repository)")
     ap.add_argument("--full", action="store_true", help="check with --max-steps 0 (comparable slowdown)")
     ap.add_argument("--install-needs", action="store_true")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--keep", metavar="DIR", help="write each run's output there")
     args = ap.parse_args(argv)
-    progs = load_programs(args.only, args.quick, Path(args.programs) if args.programs else None)
+    progs = load_programs(args.only, args.quick, Path(args.programs) if args.programs else None, args.split)
     if not progs:
         print(f"no corpus programs under {args.programs or PROGRAMS} (corpus/README.md says how they are kept)")
         return 0
@@ -280,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
               "their end (both times include starting Python and importing torch)")
     if args.json:
         Path(args.json).write_text(json.dumps({"totals": t, "programs": [
-            {"name": o.program.name, "kind": o.program.kind, "expect": o.program.expect, "found": o.warnings,
+            {"name": o.program.name, "split": o.program.split, "repo": o.program.repo, "kind": o.program.kind, "expect": o.program.expect, "found": o.warnings,
              "info": o.infos, "verdict": o.verdict, "plain_s": o.plain_s, "check_s": o.check_s,
              "plain_rc": o.plain_rc, "check_rc": o.check_rc, "note": o.note, "coverage": o.coverage}
             for o in outcomes]}, indent=2), encoding="utf-8")

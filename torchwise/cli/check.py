@@ -187,6 +187,8 @@ def _coverage_line(cov: dict) -> str:
     parts = [f"{cov.get('optimizer_steps', 0)} optimizer step(s)"]
     if cov.get("manual_update_steps"):
         parts[0] += f" ({cov['manual_update_steps']} of them hand-written updates, no optimizer object)"
+    if cov.get("objectives"):  # what each optimizer is trained on (the loss-curve checks judge fixed ones only)
+        parts[0] += " (objective: " + ", ".join(f"{k} {v}" for k, v in cov["objectives"].items()) + ")"
     parts.append(f"{cov.get('evaluation_passes', 0)} evaluation pass(es) ({cov.get('evaluation_forwards', 0)} "
                  "evaluation forwards)")
     if cov.get("processes_followed"):
