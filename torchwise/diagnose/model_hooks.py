@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchwise.diagnose.checks import graph_uses
 from torchwise.diagnose.checks import model as model_checks
 from torchwise.diagnose.checks import step_record, symmetry
 from torchwise.diagnose.health import IDLE_FORWARDS, idle_seconds
@@ -164,7 +165,7 @@ class ModelHooks:
         if stack and isinstance(module, symmetry.SYM_LAYERS):
             self.last_layer[id(stack[0])] = id(module)
         elif not stack and id(module) in self.roots:
-            model_checks.on_root_output(self, module, out)
+            graph_uses.on_root_output(self, module, out)
         if isinstance(module, nn.ReLU) and isinstance(out, torch.Tensor) and module.training:
             self._record_relu(module, out, self.module_name(module))
         if self.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \

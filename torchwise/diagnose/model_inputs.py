@@ -34,7 +34,7 @@ class ModelInputs:
         self._eval_group_open = False
         self._last_train_input: weakref.ref | None = None  # the last training forward's input tensor
         # root id -> the row hashes of its last forward with gradients on (its graph use decides later whether
-        # it trained: checks/model.py settle_graph_uses)
+        # it trained: checks/graph_uses.py)
         self.last_row_hashes: dict[int, list[int]] = {}
         self.reached_rows: set[int] = set()  # rows of forwards whose graph a backward() reached: trained on
         # cudnn-benchmark-varying-shapes (not in driven mode: the Trainer switches benchmark off itself):

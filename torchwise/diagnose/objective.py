@@ -213,10 +213,10 @@ class Objectives:
         """Why a detector of the loss curve does not judge this run: no optimizer is trained on a fixed objective."""
         kinds = self.summary()
         if not kinds:
-            return ("not judged: no backward() was looked at closely enough to tell what the loss is (a loss "
-                    "function against targets from the data, or something else)")
+            return ("no backward() was looked at closely enough to tell what the loss is (a loss function against "
+                    "targets from the data, or something else)")
         said = ", ".join(f"{name}: {kind}" for name, kind in kinds.items())
-        return f"not judged: the objective is not a fixed supervised loss ({said})"
+        return f"the objective is not a fixed supervised loss ({said})"
 
     def summary(self) -> dict[str, str]:
         """For the coverage report: optimizer label -> objective kind."""

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from torchwise.diagnose.checks import accumulation
-from torchwise.diagnose.checks import model as model_checks
+from torchwise.diagnose.checks import graph_uses
 from torchwise.diagnose.deep_steps import OP_HUNT_STEPS
 from torchwise.diagnose.tensors import compiling, quiet
 from torchwise.diagnose.user_code import user_where
@@ -213,7 +213,7 @@ class StepHooks:
         self.stepped_since_backward = True
         self.backward_since_step = 0
         if self.graph_uses:
-            model_checks.settle_graph_uses(self)
+            graph_uses.settle_graph_uses(self)
         if self.cur_pass is not None and not self.cur_pass.closed:
             self.cur_pass.steps += 1
         if self._after_epoch:

@@ -14,6 +14,8 @@ Shared by the families above (each imports only these, never another family):
     followed.py      tensors followed from the models' outputs: accuracy comparisons, token ids, row masks
     symmetry.py      symmetric-init's evidence (deep steps) and its decision
     accumulation.py  accumulation-unscaled's evidence (the backward patch) and its decision
+    graph_uses.py    whether a backward() reaches each model output's graph: evaluation recognised by what
+                     happens to the output (eval-without-no-grad, eval-mode-missing of a predict() function)
 """
 from __future__ import annotations
 

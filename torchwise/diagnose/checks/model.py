@@ -7,7 +7,7 @@ import weakref
 import torch
 
 from torchwise.diagnose.catalog import Finding
-from torchwise.diagnose.checks import step_record
+from torchwise.diagnose.checks import graph_uses, step_record
 from torchwise.diagnose.checks.symmetry import decide_symmetry
 from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 
@@ -36,7 +36,7 @@ def decide(w, ls: dict) -> list[Finding]:
     out.extend(_loss_retains_graph(w))
     out.extend(_dead_relu(w))
     out.extend(decide_symmetry(w))
-    out.extend(_decide_graph_uses(w))
+    out.extend(graph_uses.decide_graph_uses(w))
     out.extend(_nonfinite(w, ls))
     # the loss does not go down
     found, _ = _judge_loss(w, ls)
@@ -46,7 +46,7 @@ def decide(w, ls: dict) -> list[Finding]:
 
 def _mode_mistakes(w) -> list[Finding]:
     """eval-mode-missing and train-mode-missing: the layers that behave by mode, in the wrong one."""
-    unused = [] if w.hits.get("eval-mode-missing") else _unused_train_mode_forwards(w)
+    unused = [] if w.hits.get("eval-mode-missing") else graph_uses.unused_train_mode_forwards(w)
     out: list[Finding] = []
     h = w.hits
     if h.get("eval-mode-missing"):
@@ -70,25 +70,6 @@ def _mode_mistakes(w) -> list[Finding]:
                            message=f"{h['train-mode-missing']} optimizer step(s) followed forward passes made in eval mode "
                                    "(model.training == False) by a model with Dropout/BatchNorm layers.",
                            evidence={"steps_trained_in_eval_mode": h["train-mode-missing"], "steps": w.steps}))
-    return out
-
-
-# a forward whose rows are at most this share of rows trained on is held-out data (a replay buffer's states,
-# which the optimizer later samples, reach far more)
-_HELD_OUT_SHARE = 0.2
-
-
-def _unused_train_mode_forwards(w) -> list[dict]:
-    """Forwards in train mode, gradients on, that no backward() reached and whose input rows were (nearly) never
-    among the rows of forwards a backward() did reach: evaluation not written as a no_grad loop."""
-    held = w.hit_info.get("eval-mode-missing~unused")
-    if not held or not w.reached_rows:
-        return []
-    out = []
-    for f in held["forwards"]:
-        hs = f["hashes"]
-        if len(hs) >= 8 and sum(x in w.reached_rows for x in hs) <= _HELD_OUT_SHARE * len(hs):
-            out.append(f)
     return out
 
 
@@ -244,101 +225,6 @@ def _nonfinite(w, ls: dict) -> list[Finding]:
 
 # --------------------------------------------------------------------------- eval-without-no-grad
 
-def _out_tensors(out, depth: int = 0) -> list:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if depth > 1:
-        return []
-    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
-    found = []
-    for item in items:
-        found += _out_tensors(item, depth + 1)
-        if len(found) >= 4:
-            break
-    return found[:4]
-
-
-def on_root_output(w, module, out) -> None:
-    """A watched model's forward has returned (deep steps). Its output is followed for the accuracy check;
-    with gradients on, a hook on its graph tells whether any backward() ever reaches it."""
-    from torchwise.diagnose.checks.followed import remember
-    step_record.note_root_output(w, module, out)
-    w.objective.note_model_output(out)
-    tensors = _out_tensors(out)
-    for t in tensors[:1]:
-        if t.is_floating_point() and t.dim() >= 1:
-            remember(w.followed, t, "out")
-    if not torch.is_grad_enabled() or len(w.graph_uses) >= 256:
-        return
-    nodes = [t.grad_fn for t in tensors if t.grad_fn is not None]
-    if not nodes:
-        return  # nothing requires grad (a frozen model): no graph is kept
-    from torchwise.diagnose.user_code import user_where
-    flag = [False]  # the hook holds only this: no reference cycle through the graph's nodes
-
-    def reached(grad_outputs, flag=flag):
-        flag[0] = True
-
-    info = w.roots.get(id(module))
-    w.graph_uses.append({"step": w.steps, "reached": flag, "handles": [n.register_prehook(reached) for n in nodes],
-                         "training": module.training, "where": user_where(),
-                         "hashes": w.last_row_hashes.pop(id(module), None),
-                         "mode_layers": bool(info is not None and info.has_mode_layers),
-                         "model": info.label if info is not None else type(module).__name__,
-                         "samples": int(tensors[0].shape[0]) if tensors[0].dim() else 1,
-                         "key": (tensors[0].data_ptr(), tensors[0].numel())})
-
-
-def settle_graph_uses(w) -> None:
-    """After each optimizer step: a forward whose graph no backward() reached within 2 steps never will
-    (a GAN's generator output is reached one optimizer step later, by the generator's backward)."""
-    fed_keys = step_record.jstate(w).get("fed_keys", set())
-    keep = []
-    for rec in w.graph_uses:
-        if not rec["reached"][0] and w.steps - rec["step"] < 2:
-            keep.append(rec)
-            continue
-        for h in rec["handles"]:
-            h.remove()
-        # an output that went on into another model's forward (a GAN's fake, detached for the
-        # discriminator's step) was a training input, not an evaluation
-        fed = rec.get("key") in fed_keys
-        hashes = rec.get("hashes") or []
-        if rec["reached"][0] and len(w.reached_rows) < 500_000:
-            w.reached_rows.update(hashes)
-        elif hashes and sum(x in w.reached_rows for x in hashes) <= _HELD_OUT_SHARE * len(hashes):
-            # rows no backward() used are no training rows (a predict() on the test set with gradients on):
-            # they must not make a later validation on the same rows look like a leak
-            w.train_hashes.difference_update(hashes)
-        if not rec["reached"][0] and not fed and rec["training"] and rec["mode_layers"] and hashes:
-            # a forward no backward() used, in train mode, on rows that may never be trained on: evaluation
-            # written as a plain function (predict(model, x_test)); judged once the run is over
-            held = w.hit_info.setdefault("eval-mode-missing~unused", {"forwards": []})
-            if len(held["forwards"]) < 64:
-                held["forwards"].append({"where": rec["where"], "samples": rec["samples"], "hashes": hashes,
-                                         "model": rec["model"], "step": rec["step"]})
-        if not rec["reached"][0] and not fed:
-            u = w.hit_info.setdefault("eval-without-no-grad", {"forwards": 0, "samples": 0, "in_eval_mode": 0})
-            u["forwards"] += 1
-            u["samples"] += rec["samples"]
-            u["in_eval_mode"] += not rec["training"]
-            w.hit_where.setdefault("eval-without-no-grad", rec["where"])
-    w.graph_uses = keep
-    if fed_keys and not keep:
-        fed_keys.clear()
-
-
-def _decide_graph_uses(w) -> list[Finding]:
-    u = w.hit_info.get("eval-without-no-grad")
-    if not u or u["forwards"] < 2:
-        return []
-    return [Finding("eval-without-no-grad", where=w.hit_where.get("eval-without-no-grad"),
-                    message=f"{u['forwards']} forward pass(es) ({u['samples']} samples; {u['in_eval_mode']} in eval "
-                            "mode) ran with gradients enabled, and no backward() reached their graph: autograd kept "
-                            "their activations for nothing.",
-                    evidence=dict(u))]
-
-
 # --------------------------------------------------------------------------- loss-not-decreasing
 
 def _trend(vals: list[float]) -> tuple[float, float, int]:
@@ -366,6 +252,21 @@ def _curve_summary(vals: list[float], chance: float | None) -> dict | None:
             "learned": bool(chance and last < 0.5 * chance)}
 
 
+def _loss_series(w, ls: dict) -> list[tuple[str | None, list[float]]]:
+    """The loss curves to judge: one per optimizer where several step (each has its own loss and objective),
+    else the whole run's; only those of a fixed objective (a GAN's or a policy gradient's need not fall)."""
+    curves = {oid: c for oid, c in step_record.loss_curves(w, ls).items() if len(c) >= 30}
+    names = {id(o): type(o).__name__ for o in w.optimizers}
+    kinds = w.objective.kinds()
+    loose = {oid: k for oid, k in kinds.items() if k not in FIXED_OBJECTIVES}
+    if len(curves) >= 2:
+        return [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())
+                if oid not in loose and oid in kinds]
+    if kinds and not loose:
+        return [(None, [v for v in ls["vals"] if math.isfinite(v)])]
+    return []
+
+
 def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
     """loss-not-decreasing, or why it cannot be judged. A verdict needs a clear absence of progress
     relative to the loss's noise, or enough of the run seen (to its end, or two whole epochs): a few
@@ -380,17 +281,7 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
                     ": an adversarial pair (a GAN), whose losses pull against each other and need not decrease")
     C = w.cls.get("C")
     chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
-    curves = {oid: c for oid, c in step_record.loss_curves(w, ls).items() if len(c) >= 30}
-    names = {id(o): type(o).__name__ for o in w.optimizers}
-    kinds = w.objective.kinds()
-    loose = {oid: k for oid, k in kinds.items() if k not in FIXED_OBJECTIVES}
-    if len(curves) >= 2:  # judged per optimizer: each has its own loss, and its own objective
-        series = [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())
-                  if oid not in loose and oid in kinds]
-    elif kinds and not loose:
-        series = [(None, [v for v in ls["vals"] if math.isfinite(v)])]
-    else:
-        series = []
+    series = _loss_series(w, ls)
     if not series:
         return [], w.objective.not_judged()
     stopped = bool(getattr(w, "stop_reason", None)) or (bool(w.max_steps) and w.steps >= w.max_steps)

@@ -21,8 +21,8 @@ loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)   # larger 
 nn.GroupNorm(num_groups=8, num_channels=c)      # conv nets;  nn.LayerNorm(d) for MLPs
 """,
     maybe_fine=('BatchNorm over a few samples still sees many values per channel when the feature maps are large '
-                '(segmentation at batch 1-2 is the usual design); the statistics are noisy, not meaningless, and '
-                'the loss fell in this run.'),
+                '(segmentation at batch 1-2 is the usual design): the statistics are noisy, not meaningless, and '
+                'this run shows no stalled loss.'),
     evidence=('per BatchNorm layer in training: the batch size and the values per channel (batch x positions); '
               'fewer than 8 samples and fewer than 64 values per channel'),
     applies_to=ALL_OBJECTIVES,

@@ -22,8 +22,8 @@ nn.init.kaiming_normal_(layer.weight, nonlinearity="relu"); nn.init.zeros_(layer
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)    # lower the learning rate
 act = nn.LeakyReLU(0.01)                                      # or an activation without a dead zone
 """,
-    maybe_fine=('Many dead units in a wide layer cost capacity the model may not need: the loss fell in this run, '
-                'so the layer is not holding training back.'),
+    maybe_fine=('Many dead units in a wide layer cost capacity the model may not need: this run shows no stalled '
+                'loss and the layer still passes signal, so it is not holding training back.'),
     evidence=('share of ReLU units whose output is 0 for every sample of consecutive sampled batches (8+ samples '
               'pooled)'),
     applies_to=ALL_OBJECTIVES,

@@ -21,8 +21,8 @@ mean, std = x_train.mean(0), x_train.std(0) + 1e-8     # statistics of the TRAIN
 x_train, x_val = (x_train - mean) / std, (x_val - mean) / std
 # images: transforms.ToTensor() (0..1) + transforms.Normalize(mean, std)
 """,
-    maybe_fine=('A normalisation layer after the input, or an adaptive optimizer, copes with raw scales: the loss '
-                'fell in this run and no gradient blew up.'),
+    maybe_fine=('A normalisation layer after the input, or an adaptive optimizer, copes with raw scales: this run '
+                'shows no stalled loss, no exploding gradient and no dead layer.'),
     evidence=('mean / standard deviation / per-feature scale of model inputs in training'),
     applies_to=ALL_OBJECTIVES,
     harm=('Reported as a warning only when this run is harmed (the loss of a fixed objective stalls, gradients '
