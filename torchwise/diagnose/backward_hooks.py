@@ -97,6 +97,14 @@ class LossAndBackward:
             losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where, made_by,
                            labelled=source in (None, "data"))
 
+    def token_targets(self, inp: Any, target: Any) -> bool:
+        """Whether a cross_entropy/nll_loss call's class targets are token ids (a language model's)."""
+        from torchwise.diagnose.checks.losses import looks_like_lm
+        if not isinstance(inp, torch.Tensor) or inp.dim() < 1:
+            return False
+        C = int(inp.shape[1 if inp.dim() >= 2 else 0])
+        return looks_like_lm(self, inp, target.flatten(), C)
+
     def patch_backward(self) -> None:
         original = torch.autograd.backward
         watcher = self

@@ -195,10 +195,12 @@ class FunctionMode(TorchFunctionMode):
             w.hunt_op(func, args, out)
         try:
             w.objective.on_call(func, args, kwargs, out)
-            source = w.objective.on_loss_term(func, args, kwargs, out) if func in LOSS_TARGET_ARG else None
+            source = w.objective.on_loss_term(func, args, kwargs, out, tokens=w.token_targets) \
+                if func in LOSS_TARGET_ARG else None
             kind = _LOSS_KINDS.get(func)
             if kind is not None and len(args) >= 2:
-                w.on_loss(kind, func, args[0], args[1], kwargs, out, len(args), source=source)
+                w.on_loss(kind, func, args[0], args[1], kwargs, out, len(args),
+                          source="data" if source == "tokens" else source)
             elif func in _RELU_FUNCS and w.is_deep:
                 w.on_relu_func(args[0] if args else None, out)
             elif w.bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:

@@ -143,7 +143,7 @@ class Objectives:
     def target_source(self, func: Any, args: tuple, kwargs: dict) -> str:
         """Where a loss function's target comes from: "metric" (no target), "constant" (a float the script made:
         real/fake labels), "constant-int" (a class the script made: a contrastive loss's 0), "index" (arange),
-        "model", "input" or "data"."""
+        "model", "input" or "data" (on_loss_term tells "tokens", a language model's, from "data")."""
         pos = LOSS_TARGET_ARG.get(func, 1)
         if pos is None:
             return "metric"
@@ -164,9 +164,13 @@ class Objectives:
             return "input"
         return "data"
 
-    def on_loss_term(self, func: Any, args: tuple, kwargs: dict, out: Any) -> str:
-        """A loss function returned: tag its graph node with its target's source (the backward walk reads it)."""
+    def on_loss_term(self, func: Any, args: tuple, kwargs: dict, out: Any, tokens: Any = None) -> str:
+        """A loss function returned: tag its graph node with its target's source (the backward walk reads it).
+        `tokens(inp, target)` says whether class targets from the data are token ids (a language model's)."""
         source = self.target_source(func, args, kwargs)
+        if source == "data" and tokens is not None and func in (F.cross_entropy, F.nll_loss) and len(args) >= 2 \
+                and isinstance(args[1], torch.Tensor) and not args[1].is_floating_point() and tokens(args[0], args[1]):
+            source = "tokens"
         if isinstance(out, torch.Tensor):
             _tag_node(out, _TERM_KEY, source)
         return source
@@ -294,4 +298,4 @@ def classify(terms: list[str]) -> str:
         return "generative" if "input" in s else "custom"
     if "input" in s:
         return "reconstruction"
-    return "supervised"
+    return "language-model" if s == {"tokens"} else "supervised"

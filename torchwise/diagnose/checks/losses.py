@@ -161,7 +161,7 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
     """A classification batch's labels (in range, one per sample): class counts, single-class batches, and
     what the model predicts in the last calls (does it ever predict the rare class?)."""
     c = w.cls
-    lm = _looks_like_lm(w, inp, labels, C)
+    lm = looks_like_lm(w, inp, labels, C)
     c["lm_calls"] = c.get("lm_calls", 0) + int(lm)
     counts = torch.bincount(labels.cpu(), minlength=C)
     if c["counts"] is None or c["C"] != C:
@@ -187,7 +187,7 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
         del recent[:-_RECENT_CALLS]
 
 
-def _looks_like_lm(w, inp, labels, C) -> bool:
+def looks_like_lm(w, inp, labels, C) -> bool:
     """Targets that are token ids: next-token prediction over a vocabulary (see the module doc)."""
     tok = w.tokens_rows.tokens.get(C)  # sequences of token ids encoded over a vocabulary as large as the output
     if tok is not None and tok["step"] == w.steps:
