@@ -1,3 +1,4 @@
+# info-ok: dead-relu
 """A VAE whose 400-unit ReLU layers leave most units at zero on sparse binary images while its loss falls steadily:
 many dead units in a wide layer cost capacity the model does not need, not the training."""
 import torch

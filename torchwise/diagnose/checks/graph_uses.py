@@ -53,7 +53,7 @@ def on_root_output(w, module, out) -> None:
                          "training": module.training, "where": user_where(),
                          "hashes": w.last_row_hashes.pop(id(module), None),
                          "mode_layers": bool(info is not None and info.has_mode_layers),
-                         "model": info.label if info is not None else type(module).__name__,
+                         "model": info.label if info is not None else type(module).__name__, "root": id(module),
                          "samples": int(tensors[0].shape[0]) if tensors[0].dim() else 1,
                          "key": (tensors[0].data_ptr(), tensors[0].numel())})
 
@@ -85,7 +85,7 @@ def settle_graph_uses(w) -> None:
             held = w.hit_info.setdefault("eval-mode-missing~unused", {"forwards": []})
             if len(held["forwards"]) < 64:
                 held["forwards"].append({"where": rec["where"], "samples": rec["samples"], "hashes": hashes,
-                                         "model": rec["model"], "step": rec["step"]})
+                                         "model": rec["model"], "step": rec["step"], "root": rec.get("root")})
         if not rec["reached"][0] and not fed:
             u = w.hit_info.setdefault("eval-without-no-grad", {"forwards": 0, "samples": 0, "in_eval_mode": 0})
             u["forwards"] += 1
@@ -119,8 +119,14 @@ def unused_train_mode_forwards(w) -> list[dict]:
     held = w.hit_info.get("eval-mode-missing~unused")
     if not held or not w.reached_rows:
         return []
+    # a model that feeds another or is fed by one (a GAN's generator, an autoencoder's decoder) is trained on
+    # noise or on another model's output: "rows never trained on" says nothing there, and a forward of it that
+    # no backward() uses is a sample drawn to look at, not an evaluation
+    chained = {r for pair in step_record.jstate(w)["feeds"] for r in pair}
     out = []
     for f in held["forwards"]:
+        if f.get("root") in chained:
+            continue
         hs = f["hashes"]
         if len(hs) >= 8 and sum(x in w.reached_rows for x in hs) <= _HELD_OUT_SHARE * len(hs):
             out.append(f)
