@@ -113,3 +113,26 @@ def test_nonfinite_loss_names_the_module_and_the_operation():
     assert "Model.compress (LogCompress)" in f.message and "torch.log" in f.message
     src_line = (ZOO / "buggy" / "log_features_nan.py").read_text().splitlines()[int(f.where.rsplit(":", 1)[1]) - 1]
     assert "torch.log(" in src_line
+
+
+def test_a_kept_loss_names_its_holder():
+    """loss-retains-graph says who keeps the graphs: the user's growing list, by its name."""
+    result = run_quietly(ZOO / "buggy" / "losses_kept_in_list.py")
+    finding = next(f for f in result.findings if f.id == "loss-retains-graph")
+    assert any("loss_history" in h for h in finding.evidence.get("held_by", [])), finding.evidence
+    assert "loss_history" in finding.message
+
+
+def test_each_training_objective_is_recognised():
+    """What each optimizer is trained on, from what the run does (the coverage shows it)."""
+    want = {"mlp_digits.py": {"supervised"}, "gpt_loss_inside_forward.py": {"language-model"},
+            "autoencoder_images.py": {"reconstruction"}, "vae_sum_reduction.py": {"generative"},
+            "gan_two_optimizers.py": {"adversarial"}, "moco_queue_contrastive.py": {"contrastive"},
+            "dqn_replay_warmup_target_net.py": {"bootstrapped"}, "reinforce_survival_returns.py": {"custom"},
+            "wgan_critic_steps.py": {"custom"}}
+    for name, kinds in want.items():
+        result = run_quietly(ZOO / "correct" / name)
+        got = set(result.coverage.get("objectives", {}).values())
+        assert got == kinds, f"{name}: objectives {result.coverage.get('objectives')}, expected {kinds}"
+        if not kinds & {"supervised", "language-model", "reconstruction"}:
+            assert "loss-not-decreasing" in result.coverage.get("undecided", {}), name

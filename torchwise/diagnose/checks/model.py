@@ -102,12 +102,31 @@ def _params_not_in_optimizer(w, unreg_param_ids: set[int]) -> list[Finding]:
     """Parameters with a gradient but in no optimizer."""
     out: list[Finding] = []
     missing = {pid: v for pid, v in w.not_in_opt.items() if pid not in w.opt_param_ids and pid not in unreg_param_ids}
+    for pid in _held_out_copies(w):
+        missing.pop(pid, None)
     if missing and w.optimizers:
         names = [v[0] for v in missing.values()]
         out.append(Finding("params-not-in-optimizer", where=w.step_where,
                            message=f"{len(names)} parameter tensor(s) get gradients but are in no optimizer, so they are "
                                    f"never updated: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}.",
                            evidence={"parameters": names[:20], "count": len(names)}))
+    return out
+
+
+def _held_out_copies(w) -> set[int]:
+    """Parameters of a model held out of every optimizer on purpose: a copy of an optimized model (the same
+    parameter shapes, in order), as a DQN's target network, a momentum encoder or a teacher made from the
+    student are. Gradients that reach them are wasted work, not lost updates."""
+    shapes = {id(r): [tuple(p.shape) for p in r.module.parameters()] for r in w.roots.values()}
+    trained = [rid for rid, r in ((id(r), r) for r in w.roots.values())
+               if any(id(p) in w.opt_param_ids for p in r.module.parameters())]
+    out: set[int] = set()
+    for r in w.roots.values():
+        ids = [id(p) for p in r.module.parameters()]
+        if not ids or any(i in w.opt_param_ids for i in ids):
+            continue
+        if any(shapes[t] == shapes[id(r)] for t in trained if t != id(r)):
+            out.update(ids)
     return out
 
 
@@ -309,16 +328,28 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
                    f"at its noise (slope {b:.2g} +- {2 * se:.2g} per value) a slow start cannot be told from no "
                    "progress"))
             continue
-        of = f" of {label}" if label else ""
-        found.append(Finding("loss-not-decreasing", where=w.backward_where,
-                             message=f"Over {cs['n']} loss values{of} the training loss went from {cs['first']:.4g} "
-                                     f"(first 10%) to {cs['last']:.4g} (last 25%)"
-                                     + (f"; at its noise level, it fell by at most {best_drop:.2g} over them."
-                                        if clear else "."),
-                             evidence={"loss_first": cs["first"], "loss_last": cs["last"], "values": cs["n"],
-                                       "most_decrease_within_noise": best_drop, "optimizer": label}))
+        found.append(_flat_loss_finding(w, cs, label, best_drop, clear, cut_short=not seen_enough))
         break
     return found, ("; ".join(reasons) if reasons and not found else None)
+
+
+def _flat_loss_finding(w, cs: dict, label: str | None, best_drop: float, clear: bool, cut_short: bool) -> Finding:
+    """A flat loss. Seen over the whole run (or two epochs) it is the harm itself: a warning. Cut short by check
+    within the first epoch it is only a hint: a slow start (per-sample updates, a small learning rate, a
+    warm-up) looks the same over the steps check watched."""
+    of = f" of {label}" if label else ""
+    return Finding("loss-not-decreasing", where=w.backward_where,
+                   message=f"Over {cs['n']} loss values{of} the training loss went from {cs['first']:.4g} "
+                           f"(first 10%) to {cs['last']:.4g} (last 25%)"
+                           + (f"; at its noise level, it fell by at most {best_drop:.2g} over them." if clear else ".")
+                           + (f" check stopped the script after {w.steps} optimizer steps, within its first epoch."
+                              if cut_short else ""),
+                   evidence={"loss_first": cs["first"], "loss_last": cs["last"], "values": cs["n"],
+                             "most_decrease_within_noise": best_drop, "optimizer": label},
+                   severity="info" if cut_short else "",
+                   maybe_fine=(f"check stopped the script after {w.steps} optimizer steps: a slow start (per-sample "
+                               "updates, a small learning rate, a warm-up) is flat over them too; `--max-steps 0` "
+                               "judges the whole run.") if cut_short else "")
 
 
 def undecided(w) -> dict[str, str]:
