@@ -27,7 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
-_IMPORT_NAMES = {"pytorch-ignite": "ignite", "scikit-learn": "sklearn", "labml-nn": "labml_nn"}
+_IMPORT_NAMES = {"pytorch-ignite": "ignite", "scikit-learn": "sklearn", "labml-nn": "labml_nn", "scikit-image": "skimage",
+                 "faiss-cpu": "faiss", "box2d": "Box2D", "pytorch-lightning": "pytorch_lightning"}
 
 
 @dataclasses.dataclass
