@@ -71,3 +71,20 @@ def test_local_quick_corpus_program(program):
             f"{program.name}: expected {program.expect}, check found {out.warnings} (info: {out.infos})")
     else:
         assert not out.warnings, f"{program.name} is correct, but check reported {out.warnings}"
+
+
+def test_the_halves_are_fixed_by_repository(tmp_path):
+    """Every program of one repository is in the same half, decided by the repository's name alone."""
+    repos = [f"owner{i}/repo{i}" for i in range(40)]
+    halves = {r: run_corpus.split_of(r) for r in repos}
+    assert set(halves.values()) == {"tune", "heldout"}  # both halves get repositories
+    assert all(run_corpus.split_of(r.upper()) == h for r, h in halves.items())  # the spelling's case does not matter
+    assert run_corpus.split_of("") == "-"
+    for name, repo in (("a", repos[0]), ("b", repos[0]), ("c", repos[1])):
+        _program(tmp_path, name, "print(1)\n", "correct", [])
+        cfg = tmp_path / name / "corpus.json"
+        cfg.write_text(json.dumps(json.loads(cfg.read_text()) | {"repo": repo}))
+    loaded = {p.name: p.split for p in run_corpus.load_programs(root=tmp_path)}
+    assert loaded["a"] == loaded["b"] == halves[repos[0]] and loaded["c"] == halves[repos[1]]
+    only = run_corpus.load_programs(root=tmp_path, split=halves[repos[0]])
+    assert {p.name for p in only} >= {"a", "b"}
