@@ -130,9 +130,18 @@ class Objectives:
         elif not self.origin:
             return
         else:
-            tags = {self.tag_of(t) for t in (_tensors(args[:1]) if func in _SHAPE_ONLY else _tensors(args))}
-            tags |= {self.tag_of(t) for t in _tensors(kwargs)} if kwargs and func not in _SHAPE_ONLY else set()
-            tags.discard(None)
+            # every torch call of a deep step comes here: plain loops, no generator or set unless a tag is found
+            origin, tags = self.origin, None
+            for a in (args[:1] if func in _SHAPE_ONLY else args):
+                for t in (a if isinstance(a, (list, tuple)) else (a,)):
+                    rec = origin.get(id(t))
+                    if rec is not None and rec[0]() is t:
+                        tags = (tags or set()) | {rec[1]}
+            if kwargs and func not in _SHAPE_ONLY:
+                for t in kwargs.values():
+                    rec = origin.get(id(t))
+                    if rec is not None and rec[0]() is t:
+                        tags = (tags or set()) | {rec[1]}
             if not tags:
                 return
             tag = "model" if "model" in tags else ("fill" if tags == {"fill"} else "arange" if tags == {"arange"}
@@ -157,8 +166,9 @@ class Objectives:
             flat = target.reshape(-1)
             if flat.numel() >= 2 and bool((flat == flat[0]).all()):
                 return "constant" if target.is_floating_point() else "constant-int"
-            if tag == "arange" or (not target.is_floating_point() and target.dim() == 1 and torch.equal(
-                    target.cpu(), torch.arange(target.numel()))):
+            # the values decide, the tag only says the script made them (a tag follows sampling and arithmetic too)
+            if not target.is_floating_point() and target.dim() == 1 and torch.equal(
+                    target.cpu(), torch.arange(target.numel())):
                 return "index"
         if target.is_floating_point() and target.numel() > 1 and target.data_ptr() in self.input_ptrs:
             return "input"
