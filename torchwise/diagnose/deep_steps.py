@@ -110,6 +110,8 @@ class DeepSteps:
         self._stack.clear()
         if self.driven:
             self._sync_driven_hooks()
+        elif getattr(self, "_mode", None) is not None:
+            self.pause_function_mode(not on)
 
     def _sync_driven_hooks(self) -> None:
         """Driven mode: the model's root hook and the optimizer hooks exist in deep steps and evaluation

@@ -183,7 +183,25 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
         """Enter the TorchFunctionMode that sees functional losses, relu and accumulation (global mode, or a
         user's own loop under watch(model)); detach() leaves it."""
         self._mode = FunctionMode(self)
+        self._mode_paused = False
         self._mode.__enter__()
+
+    def pause_function_mode(self, paused: bool) -> None:
+        """Between deep steps the function mode sees nothing it keeps, yet every torch call would pass through
+        it: it leaves the mode stack after a deep step and comes back before the next one. Only while it is the
+        top of the stack (a mode the script entered later stays where it is, and ours waits until the stack
+        is empty again), and not before the first optimizer step (a hand-written update is found through it)."""
+        mode = self._mode
+        if mode is None or self.driven or not self.optimizers or self.manual_watch:
+            return
+        from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
+        stack = _get_current_function_mode_stack()
+        if paused and not self._mode_paused and stack and stack[-1] is mode:
+            _pop_mode()
+            self._mode_paused = True
+        elif not paused and self._mode_paused and not stack:
+            _push_mode(mode)
+            self._mode_paused = False
 
     def detach(self) -> None:
         """Remove every hook and patch. Findings stay available."""
