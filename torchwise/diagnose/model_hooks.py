@@ -90,15 +90,17 @@ class ModelHooks:
 
     def _direct_forward(self, part: nn.Module) -> None:
         """A layer called with no model forward running: inside `model.forward(x)` called directly (old code, and
-        `criterion.forward`'s kin), the model's own hooks never run. The model is the module whose method the
-        nearest user frame runs and which holds the layer: it becomes the root (its layers are parts, not models),
-        and the first of its layers called in each such forward stands for the model's forward."""
+        `criterion.forward`'s kin), or inside a method of the model that is not forward (a policy's act() and
+        evaluate()), the model's own hooks never run. The model is the module whose method the nearest user frame
+        runs and which holds the layer: it becomes the root (its layers are parts, not models, and a layer of it
+        that nothing calls is its unused parameter), and in a forward called directly the first of its layers
+        called stands for the model's forward."""
         frame = sys._getframe(3)
         for _ in range(6):
             if frame is None:
                 return
-            owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
-            if isinstance(owner, nn.Module) and is_user_file(frame.f_code.co_filename):
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, nn.Module) and owner is not part and is_user_file(frame.f_code.co_filename):
                 break
             frame = frame.f_back
         else:
@@ -107,7 +109,7 @@ class ModelHooks:
             return
         if id(owner) not in self.roots:
             self._add_root(owner)
-        if self._direct_frame is not frame:
+        if frame.f_code.co_name == "forward" and self._direct_frame is not frame:
             self._direct_frame = frame  # held until the next such forward: one frame, so its id is never reused
             code = frame.f_code
             args = tuple(frame.f_locals[n] for n in code.co_varnames[1:code.co_argcount] if n in frame.f_locals)

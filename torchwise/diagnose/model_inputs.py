@@ -145,4 +145,8 @@ class ModelInputs:
                 self._eval_group_open = True
             group = self.eval_groups[-1]
             if len(group["hashes"]) < 100_000:
-                group["hashes"].extend(hash((root, r.tobytes())) for r in rows)
+                hashes = [hash((root, r.tobytes())) for r in rows]
+                group["hashes"].extend(hashes)
+                # rows already trained on when they were evaluated: a sample first evaluated and trained on
+                # only later was collected, not validated (a policy's rollout, then its update on that rollout)
+                group["trained_before"] = group.get("trained_before", 0) + sum(h in self.train_hashes for h in hashes)

@@ -273,8 +273,16 @@ def walk_terms(loss: torch.Tensor) -> list[str]:
     return [t for t in terms if t != "regulariser"]
 
 
+# operations of a layer's forward (they mix parameters with inputs): a subgraph holding one is a model's output,
+# not a regulariser, even where no model output was tagged (a model whose forward() is never called)
+_LAYER_OPS = {"AddmmBackward0", "MmBackward0", "BmmBackward0", "MvBackward0", "ConvolutionBackward0",
+              "EmbeddingBackward0", "LinearBackward0", "NativeLayerNormBackward0", "NativeBatchNormBackward0",
+              "CudnnBatchNormBackward0", "MkldnnConvolutionBackward0", "UnsafeViewBackward0"}
+
+
 def _params_only(node, budget: int = 48) -> bool:
-    """Whether a subgraph reaches only parameters (no model output, no loss term) within `budget` nodes."""
+    """Whether a subgraph reaches only parameters (no model output, no loss term, no layer's operation) within
+    `budget` nodes: a regulariser such as `l2 * sum(p.pow(2).sum() for p in params)`."""
     stack, seen = [node], set()
     while stack:
         n = stack.pop()
@@ -285,7 +293,7 @@ def _params_only(node, budget: int = 48) -> bool:
         if budget < 0:
             return False
         meta = getattr(n, "metadata", None)
-        if isinstance(meta, dict) and (_TERM_KEY in meta or _OUT_KEY in meta):
+        if isinstance(meta, dict) and (_TERM_KEY in meta or _OUT_KEY in meta) or type(n).__name__ in _LAYER_OPS:
             return False
         stack.extend(m for m, _ in n.next_functions)
     return True

@@ -43,7 +43,8 @@ class StepHooks:
         self._zg_state: dict[int, str] = {}
         self._zg_params: dict[int, Any] = {}
         self._zg_where: str | None = None
-        # missing-zero-grad per optimizer: id -> [steps checked, steps with stale gradients, where first stale].
+        # missing-zero-grad per optimizer and step() call site: (id, "file:line") -> [steps checked, steps with
+        # stale gradients, where first stale].
         # Per optimizer because a run can have two loops: a buggy first phase with its own optimizer must
         # not be averaged away by a correct second one
         self.zero_grad_by_opt: dict[int, list] = {}
@@ -118,7 +119,9 @@ class StepHooks:
             param = ref() if ref is not None else None
             if state == "stale" and param is not None and param.grad is not None:
                 stale = True
-        rec = self.zero_grad_by_opt.setdefault(id(opt), [0, 0, None])
+        # per optimizer and per place it is stepped from: one optimizer stepped twice a batch (a VAE-GAN's
+        # generator: its VAE step, then its GAN step) can forget zero_grad() before one of them only
+        rec = self.zero_grad_by_opt.setdefault((id(opt), user_where()), [0, 0, None])
         rec[0] += 1
         if stale:
             rec[1] += 1

@@ -204,10 +204,12 @@ def _missing_zero_grad(w) -> list[Finding]:
     """missing-zero-grad: backward() adding into the previous step's gradients, at (nearly) every checked step
     of one optimizer (a loop that zeroes at the wrong place does it every time; one that forgets once in a
     while is not this mistake)."""
-    for checks, stale, where in w.zero_grad_by_opt.values():
+    for key, (checks, stale, where) in w.zero_grad_by_opt.items():
         if stale >= 2 and stale >= 0.8 * checks:
+            site = key[1] if isinstance(key, tuple) and key[1] else None
+            at = f" (its step() at {site})" if site else ""
             return [Finding("missing-zero-grad", where=where,
-                            message=f"At {stale} of {checks} checked steps of one optimizer, backward() started "
+                            message=f"At {stale} of {checks} checked steps of one optimizer{at}, backward() started "
                                     "while the gradients of its previous step were still there (never zeroed).",
                             evidence={"steps_with_stale_gradients": stale, "steps_checked": checks})]
     return []

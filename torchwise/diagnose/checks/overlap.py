@@ -30,6 +30,15 @@ def _chance_match(w) -> float:
     return min(1.0, len(w.train_hashes) / hi)
 
 
+def _trained_before(g: dict, w) -> int:
+    """The rows of an evaluation group that had been trained on when they were evaluated. Rows trained on only
+    after their evaluation were collected, not validated: a policy's rollout run under no_grad, then the update
+    on that rollout (PPO), or states scored before they enter a replay buffer."""
+    if "trained_before" in g:
+        return min(g["trained_before"], len(g["hashes"]))
+    return sum(x in w.train_hashes for x in g["hashes"])
+
+
 def train_val_overlap(w) -> list[Finding]:
     masked = _masked_verdicts(w)
     for v in masked.values():
@@ -51,11 +60,11 @@ def train_val_overlap(w) -> list[Finding]:
             continue
         if g.get("dataset") is not None and g["dataset"] in trained:
             # accuracy over the training data itself: fine next to a real validation set, a mistake alone
-            hit = sum(x in w.train_hashes for x in hs)
+            hit = _trained_before(g, w)
             if hit >= 0.9 * len(hs):
                 on_train.append((g, hit, len(hs)))
             continue
-        hit = sum(x in w.train_hashes for x in hs)
+        hit = _trained_before(g, w)
         frac = hit / len(hs)
         if frac <= 2 * chance + 0.02:
             nones.append((g, hit, len(hs)))  # no more than training samples repeat each other by chance
