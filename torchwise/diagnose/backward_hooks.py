@@ -118,7 +118,7 @@ class LossAndBackward:
                         retain = (args[1] if len(args) > 1 else kwargs.get("retain_graph")) or \
                             (args[2] if len(args) > 2 else kwargs.get("create_graph"))
                         if isinstance(tensors, torch.Tensor):
-                            watcher.objective.on_backward(tensors, retain_graph=bool(retain))
+                            watcher.objective.on_backward(tensors)
                         accumulation.accum_on_backward(watcher, tensors, retain_graph=bool(retain))
             except Exception as exc:
                 watcher.internal_error("backward patch", exc)

@@ -24,7 +24,6 @@ from typing import Any
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _GROWING = (list, dict, deque, set)
 _DEPTH = 4
-_OWNED_BY_US: list = []  # the __dict__s of torchwise's objects met during the current walk
 
 
 @dataclass
@@ -47,7 +46,7 @@ def _name_in(mapping: dict, obj: Any) -> str | None:
     return None
 
 
-def _namespace_name(container: Any, referrer: Any) -> str | None:
+def _namespace_name(container: Any, referrer: Any, ours: list) -> str | None:
     """The name under which a namespace (a frame's locals, a module's globals, an object's __dict__) holds
     `container`; None when `referrer` is no namespace or does not name it."""
     if isinstance(referrer, types.FrameType):
@@ -58,7 +57,7 @@ def _namespace_name(container: Any, referrer: Any) -> str | None:
         return f"`{name}` (a local of {referrer.f_code.co_name}, {where})"
     if not isinstance(referrer, dict):
         return None
-    if referrer in _OWNED_BY_US:
+    if any(referrer is d for d in ours):
         return None
     module = referrer.get("__name__") if "__builtins__" in referrer else None
     if isinstance(module, str):
@@ -66,7 +65,7 @@ def _namespace_name(container: Any, referrer: Any) -> str | None:
         return f"`{name}` (a global of {module})" if name is not None else None
     owners = [o for o in gc.get_referrers(referrer) if getattr(o, "__dict__", None) is referrer]
     if owners and _ours(owners[0]):
-        _OWNED_BY_US.append(referrer)
+        ours.append(referrer)  # (kept for the rest of this walk: an identity list, dicts are not hashable)
         return None
     if owners:
         name = _name_in(referrer, container)
@@ -93,6 +92,7 @@ def holder_of(obj: Any) -> Holder | None:
     seen = {id(obj), id(me)}
     level: list[tuple[Any, bool]] = [(obj, False)]  # (an object on the way up, whether a growing container is below)
     bound: Holder | None = None
+    ours: list = []  # the __dict__s of torchwise's own objects met on the way up
     try:
         for _ in range(_DEPTH):
             nxt: list[tuple[Any, bool]] = []
@@ -103,8 +103,8 @@ def holder_of(obj: Any) -> Holder | None:
                 for item, grows in level:
                     if not _holds(ref, item):
                         continue
-                    name = _namespace_name(item, ref)
-                    if any(ref is d for d in _OWNED_BY_US):
+                    name = _namespace_name(item, ref, ours)
+                    if any(ref is d for d in ours):
                         break  # one of torchwise's own objects holds it: not the user's
                     if name is not None:
                         kind = "variable" if item is obj else type(item).__name__
@@ -122,4 +122,3 @@ def holder_of(obj: Any) -> Holder | None:
         return bound
     finally:
         del me
-        _OWNED_BY_US.clear()

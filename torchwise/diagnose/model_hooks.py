@@ -126,8 +126,8 @@ class ModelHooks:
         stack = self._stack
         if not stack:
             mid = id(module)
-            if self._global and mid not in self.roots:
-                self._direct_forward(module)
+            if self._global and mid not in self.roots and next(module.parameters(), None) is not None:
+                self._direct_forward(module)  # (a loss module called every step has no parameters: no frame walk)
             if self._global and mid not in self.roots and mid not in self._not_roots:
                 if mid in self._local_ids:  # a part of a known model called directly (vae.decode(z)): not a model
                     self._not_roots.add(mid)

@@ -87,7 +87,6 @@ class Objectives:
         self.pending: list[str] = []            # the kinds of the backward()s since the last optimizer step
         self.per_opt: dict[int, Counter] = {}   # id(optimizer) -> Counter of its backward()s' kinds
         self.opt_names: dict[int, str] = {}
-        self.retained: int = 0                  # backward()s that kept their graph (retain_graph=True)
 
     # ------------------------------------------------------------------ evidence
 
@@ -185,8 +184,7 @@ class Objectives:
             _tag_node(out, _TERM_KEY, source)
         return source
 
-    def on_backward(self, loss: torch.Tensor, retain_graph: bool) -> None:
-        self.retained += bool(retain_graph)
+    def on_backward(self, loss: torch.Tensor) -> None:
         self.pending.append(classify(walk_terms(loss)))
 
     def on_step(self, opt: Any) -> None:

@@ -276,7 +276,7 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
             self.backwards += 1  # the loss value comes with end_step()
             return
         if self._deep and isinstance(loss, torch.Tensor):
-            self.objective.on_backward(loss, retain_graph=False)
+            self.objective.on_backward(loss)
         self.on_backward(loss)
 
     # ------------------------------------------------------------------ results

@@ -58,7 +58,3 @@ class Detector:
             raise ValueError(f"{self.id}: a {self.severity} detector must state the harm it requires")
         if self.harm_seen is not None and not self.maybe_fine:
             raise ValueError(f"{self.id}: a detector that needs harm to warn says why it may be fine without it")
-
-    @property
-    def judges_loss_curve(self) -> bool:
-        return self.applies_to == FIXED_OBJECTIVES
