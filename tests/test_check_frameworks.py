@@ -29,14 +29,17 @@ pytestmark = pytest.mark.slow  # 12 subprocesses, each importing torch and a fra
 HERE = Path(__file__).parent / "check_frameworks"
 TIMEOUT = 300
 
-# script -> (the framework module it needs, the planted id or None for the correct twin, the script's last output)
+# transformers' Trainer refuses to start without accelerate (TrainingArguments asks for it), so it needs both
+_HF_TRAINER = ("transformers", "accelerate")
+
+# script -> (the framework modules it needs, the planted id or None for the correct twin, the script's last output)
 SCRIPTS = {
-    "lightning_correct.py": ("lightning", None, "val_acc"),
-    "lightning_softmax_before_loss.py": ("lightning", "softmax-before-loss", "val_acc"),
-    "hf_trainer_correct.py": ("transformers", None, "eval {"),
-    "hf_trainer_labels_from_one.py": ("transformers", "labels-not-zero-based", "eval {"),
-    "accelerate_correct.py": ("accelerate", None, "epoch 3 val acc"),
-    "accelerate_missing_zero_grad.py": ("accelerate", "missing-zero-grad", "epoch 3 val acc"),
+    "lightning_correct.py": (("lightning",), None, "val_acc"),
+    "lightning_softmax_before_loss.py": (("lightning",), "softmax-before-loss", "val_acc"),
+    "hf_trainer_correct.py": (_HF_TRAINER, None, "eval {"),
+    "hf_trainer_labels_from_one.py": (_HF_TRAINER, "labels-not-zero-based", "eval {"),
+    "accelerate_correct.py": (("accelerate",), None, "epoch 3 val acc"),
+    "accelerate_missing_zero_grad.py": (("accelerate",), "missing-zero-grad", "epoch 3 val acc"),
 }
 
 # info hints a correct twin may get, each with the reason it is by design there (none so far)
@@ -91,8 +94,9 @@ def _folder_files() -> set[str]:
 
 @pytest.mark.parametrize("name", list(SCRIPTS), ids=lambda n: n.removesuffix(".py"))
 def test_check_on_framework_script(name, tmp_path):
-    module, planted, last_output = SCRIPTS[name]
-    pytest.importorskip(module)
+    modules, planted, last_output = SCRIPTS[name]
+    for module in modules:
+        pytest.importorskip(module)
     script = HERE / name
     before = _folder_files()
 
