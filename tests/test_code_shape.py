@@ -27,7 +27,7 @@ KNOWN_PRIVATE_READS: set[str] = set()
 THIRD_PARTY: dict[str, str] = {
     "torchwise/diagnose/function_mode.py:_warnings._showwarnmsg": "the warnings module's one hook that sees every "
         "warning with its frame; the watcher wraps it and restores it (public showwarning misses filters)",
-    "torchwise/train/step_wrappers.py:p._version": "a tensor's version counter (torch's): how the compile "
+    "torchwise/train/step/step_wrappers.py:p._version": "a tensor's version counter (torch's): how the compile "
         "fallback knows whether a failed step already changed a parameter in place",
 }
 

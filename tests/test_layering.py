@@ -43,7 +43,7 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> str:
-    """'torchwise.train.step' -> 'train'; 'torchwise.config' -> 'config'; the package itself -> '(package)'."""
+    """'torchwise.train.step.body' -> 'train'; 'torchwise.config' -> 'config'; the package itself -> '(package)'."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in ("__init__", "__main__"):
         return "(package)"

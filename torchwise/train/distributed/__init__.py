@@ -1,0 +1,1 @@
+"""Several processes: DDP under torchrun (process_group.py) and FSDP sharding (sharding.py)."""
