@@ -1,6 +1,6 @@
 """Entry point of the `torchwise` command.
 
-Each subcommand lives in its own module `torchwise.cli.<name>` exposing
+Each subcommand lives in its own module `torchwise.cli.<name>_command` (lr-find: lr_find_command) exposing
 `add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
 subcommand is used, so `torchwise --help` stays fast.
 """

@@ -1,1 +1,2 @@
-"""Validation and its judgement: the metrics streamed batch by batch, the monitor ("is this better"), early stopping, the metrics log."""
+"""Validation and its verdicts: metrics streamed batch by batch, "is this better" (monitor.py), early
+stopping, and each evaluation's row sent to the loggers. docs/ARCHITECTURE.md maps train/'s rooms."""

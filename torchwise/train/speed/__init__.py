@@ -1,1 +1,2 @@
-"""The speed switches (fast=) and what they drive: compile, CUDA graphs, prefetch, checkpointed activations, profiling."""
+"""The speed switches (fast=, fast.py) and what they drive: CUDA graphs, prefetch, activation
+checkpointing, profiling, and the process-wide switches put back. docs/ARCHITECTURE.md maps train/'s rooms."""
