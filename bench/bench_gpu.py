@@ -468,7 +468,7 @@ def torchwise_run(wl: Workload, dev: torch.device, args, *, fast: Any = "auto", 
                   on_device: bool = False, compile_mode: str | None = None, cuda_only: bool = False,
                   state: dict | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     import torchwise
-    from torchwise.train import fast as fast_module
+    from torchwise.train.speed import fast as fast_module
 
     if cuda_only and dev.type != "cuda":
         raise Skip("a GPU part: this CPU run only checks that the script works")
@@ -530,7 +530,7 @@ def _trainer_parameters() -> dict[str, Any]:
 
 def contenders(wl: Workload, dev: torch.device, args, compile_phase: bool):
     """(name, function) in the order they run; compile contenders come in a second phase (slow to build)."""
-    from torchwise.train import fast as fast_module
+    from torchwise.train.speed import fast as fast_module
 
     state = _STATE.setdefault(wl.name, {})  # the default contender's loader choice, reused by the others
     mode = args.compile_mode
@@ -632,7 +632,7 @@ class Bench:
             meta["gpu_memory_gib"] = round(torch.cuda.get_device_properties(dev).total_memory / 2**30, 1)
         try:
             import torchwise
-            from torchwise.train import fast as fast_module
+            from torchwise.train.speed import fast as fast_module
 
             meta["torchwise"] = torchwise.__version__
             meta["fast_parts"] = list(getattr(fast_module, "PARTS", ()))

@@ -64,7 +64,7 @@ for m in ('torchvision', 'lightning', 'pytorch_lightning', 'accelerate', 'pytest
         print(f'  {m:<18}', getattr(__import__(m), '__version__', 'present'))
     except Exception as e:
         print(f'  {m:<18} MISSING ({type(e).__name__})')
-import torchwise, torchwise.train.fast as f
+import torchwise, torchwise.train.speed.fast as f
 print('torchwise', torchwise.__version__, 'from', torchwise.__file__, '| fast parts', f.PARTS)
 PYEOF
 step env 60 bash -c "nvidia-smi; echo; $PY '$OUT/env_check.py'; echo cpus \$(nproc); free -g | head -2; df -h /dev/shm | tail -1"

@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from torchwise import Trainer
 from torchwise.errors import TorchwiseError
-from torchwise.train.batches import move_to, samples_in, split_parts
-from torchwise.train.contract import Keywords, StepContract, WholeBatch
+from torchwise.train.step.batches import move_to, samples_in, split_parts
+from torchwise.train.step.contract import Keywords, StepContract, WholeBatch
 
 QUIET = dict(progress=False, checks=False, tensorboard=False)
 Pair = collections.namedtuple("Pair", "image mask")

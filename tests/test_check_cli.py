@@ -75,7 +75,7 @@ def test_missing_script_is_a_user_error(tmp_path):
 
 
 def test_list_and_command_forms_in_process(capsys, tmp_path):
-    from torchwise.cli.check import _split_command
+    from torchwise.cli.check_command import _split_command
     from torchwise.cli.main import main
     from torchwise.diagnose.catalog import CATALOG
 

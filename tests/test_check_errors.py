@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchwise.diagnose.errors import translate
+from torchwise.diagnose.error_translation import translate
 
 
 def error_of(fn) -> BaseException:
@@ -224,7 +224,7 @@ def test_master_port_already_in_use():
     program = """
 import os, socket, sys
 import torch.distributed as dist
-from torchwise.diagnose.errors import translate
+from torchwise.diagnose.error_translation import translate
 with socket.socket() as taken:   # another run holds the port
     taken.bind(("", 0))
     taken.listen(1)

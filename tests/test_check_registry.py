@@ -14,7 +14,7 @@ import pytest
 
 from torchwise.diagnose.catalog import CATALOG, DETECTED_BY, Finding, describe
 from torchwise.diagnose.detectors import ORDER, REGISTRY
-from torchwise.diagnose.detectors.names import NAMES
+from torchwise.diagnose.detectors.registry import NAMES
 from torchwise.diagnose.detectors.spec import ALL_OBJECTIVES, FIXED_OBJECTIVES, OBJECTIVE_KINDS, Detector
 
 DETECTORS = Path(__file__).resolve().parents[1] / "torchwise" / "diagnose" / "detectors"
@@ -38,8 +38,8 @@ def test_every_detector_states_what_it_judges_and_the_harm_it_needs(det: Detecto
 
 
 def test_one_module_a_detector_and_one_registry_line_each():
-    modules = sorted(p.stem for p in DETECTORS.glob("*.py") if p.stem not in ("__init__", "spec", "names"))
-    assert sorted(NAMES) == modules, "every detector module is listed once in names.py, and nothing else is"
+    modules = sorted(p.stem for p in DETECTORS.glob("*.py") if p.stem not in ("__init__", "spec", "registry"))
+    assert sorted(NAMES) == modules, "every detector module is listed once in registry.py, and nothing else is"
     for name in NAMES:
         det = importlib.import_module(f"torchwise.diagnose.detectors.{name}").DETECTOR
         assert det.id.replace("-", "_") == name

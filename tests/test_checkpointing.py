@@ -8,7 +8,7 @@ from torch import nn
 from test_memory import BlockNet
 from torchwise.errors import TorchwiseError
 from torchwise.models import SmallCNN
-from torchwise.train.activation_checkpointing import enable_checkpointing, find_blocks
+from torchwise.train.speed.activation_checkpointing import enable_checkpointing, find_blocks
 from torchwise.toolbox.memory import checkpointing_saving
 
 

@@ -248,7 +248,7 @@ def test_cli_modules_import_nothing_heavy():
     import subprocess
     import sys
 
-    code = ("import sys, torchwise.cli.train, torchwise.cli.eval, torchwise.cli.demo, torchwise.config; "
+    code = ("import sys, torchwise.cli.train_command, torchwise.cli.eval_command, torchwise.cli.demo_command, torchwise.config; "
             "print(sorted(m for m in ('torch', 'torchvision', 'matplotlib', 'numpy', 'PIL') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,5 +1,7 @@
 """The package's code keeps the shape issue 17 set: no file over 500 lines, no function over 60 lines
-without a comment saying why it is long, and no module reading another object's private attributes.
+without a comment saying why it is long, and no module reading another object's private attributes;
+and no module file name used twice across the package's folders (`__init__.py` aside), so a file's name
+alone says which file it is.
 
 "Private" means a leading-underscore name that torchwise itself defines (an attribute it assigns, a
 function, method or class attribute it defines): reading one from outside its object couples two modules
@@ -27,7 +29,7 @@ KNOWN_PRIVATE_READS: set[str] = set()
 THIRD_PARTY: dict[str, str] = {
     "torchwise/diagnose/function_mode.py:_warnings._showwarnmsg": "the warnings module's one hook that sees every "
         "warning with its frame; the watcher wraps it and restores it (public showwarning misses filters)",
-    "torchwise/train/step_wrappers.py:p._version": "a tensor's version counter (torch's): how the compile "
+    "torchwise/train/step/step_wrappers.py:p._version": "a tensor's version counter (torch's): how the compile "
         "fallback knows whether a failed step already changed a parameter in place",
 }
 
@@ -104,6 +106,15 @@ def private_reads(root: Path = ROOT) -> set[str]:
     return found
 
 
+def repeated_module_names(root: Path = ROOT) -> dict[str, list[str]]:
+    """'name.py' -> the files of that name, for each module file name found in more than one folder."""
+    where: dict[str, list[str]] = {}
+    for path in python_files(root):
+        if path.name != "__init__.py":
+            where.setdefault(path.name, []).append(str(path.relative_to(root.parent)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
 def _check(found: set[str], known: set[str], what: str, fix: str) -> None:
     new = sorted(found - known)
     gone = sorted(known - found)
@@ -128,6 +139,13 @@ def test_no_module_reads_another_objects_private_attributes():
            "make it public (no underscore) on its owner, or ask the owner through a method")
 
 
+def test_no_module_file_name_repeats_across_folders():
+    repeated = repeated_module_names()
+    assert not repeated, "module file names used in more than one folder:\n" + "\n".join(
+        f"  {name}: {', '.join(paths)}" for name, paths in sorted(repeated.items())) + \
+        "\nrename one so the name says what it does (e.g. cli/<name>_command.py for a command's module)"
+
+
 def test_the_shape_checks_can_fail(tmp_path):
     """Each check finds what it should in a small package made here."""
     pkg = tmp_path / "torchwise"
@@ -137,6 +155,13 @@ def test_the_shape_checks_can_fail(tmp_path):
     (pkg / "fns.py").write_text(f"def long_one():\n{body}\n\n\ndef long_said():\n    # Long because: a test\n{body}\n")
     (pkg / "owner.py").write_text("class A:\n    def __init__(self):\n        self._secret = 1\n")
     (pkg / "reader.py").write_text("def peek(a):\n    return a._secret\n\n\nfrom torchwise.owner import _hidden\n")
+    for folder in ("a", "b"):
+        (pkg / folder).mkdir()
+        (pkg / folder / "__init__.py").write_text("")
+        (pkg / folder / "names.py").write_text("")
+    (pkg / "a" / "big.py").write_text("")
     assert long_files(pkg) == {"torchwise/big.py"}
     assert list(long_functions(pkg)) == ["torchwise/fns.py:long_one"]
+    assert repeated_module_names(pkg) == {"big.py": ["torchwise/a/big.py", "torchwise/big.py"],
+                                          "names.py": ["torchwise/a/names.py", "torchwise/b/names.py"]}
     assert private_reads(pkg) == {"torchwise/reader.py:a._secret", "torchwise/reader.py:from torchwise.owner import _hidden"}

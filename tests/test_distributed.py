@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 import torchwise
-from torchwise.train.distributed import free_port
+from torchwise.train.distributed.process_group import free_port
 
 SCRIPT = Path(__file__).parent / "programs" / "ddp_run.py"
 sys.path.insert(0, str(SCRIPT.parent))

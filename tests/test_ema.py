@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from torchwise.errors import CheckpointError, TorchwiseError
-from torchwise.train.ema import EMA
+from torchwise.train.recipes.ema import EMA
 
 
 def _set(module: nn.Linear, weight: list[float], bias: float) -> None:

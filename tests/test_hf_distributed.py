@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchwise.train.distributed import free_port
+from torchwise.train.distributed.process_group import free_port
 
 PROGRAM = Path(__file__).parent / "programs" / "hf_ddp_eval.py"
 

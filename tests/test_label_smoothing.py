@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchwise.train.mixing import MixedTarget, mixed_loss
+from torchwise.train.recipes.mixing import MixedTarget, mixed_loss
 
 
 def _log_softmax_by_hand(row: list[float]) -> list[float]:

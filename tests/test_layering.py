@@ -1,27 +1,7 @@
 """The package's layers only point down: a module imports only from its own layer or the ones below.
 
-The order, bottom to top, and why each sits where it does:
-
-    version     the package version (any layer may print it)
-    errors      what every layer raises
-    files       writing a file atomically (write beside, fsync, rename), and saying why a write failed
-    numbers     reading numbers from text as a person means them (config values, CSV cells, sizes)
-    config      the run configuration (typed, validated); knows nothing of torch
-    weights     reading and writing weight files; models build on it
-    models      model factories
-    data        data sets, their scans, splits and transforms
-    diagnose    the checker (watch, detectors, shape watch): the Trainer runs it, so it sits below train
-    train       the Trainer and what it owns (step, loaders, checkpoints, distributed, lr-find, metrics log)
-    toolbox     tools that drive training (memory, batch size, OOM, gradient checkpointing)
-    script_check  `torchwise check`: a user's script run under the watcher; the overfit test drives the step
-    report      run reports (HTML, plots, metrics tables)
-    export      ONNX / TorchScript / pt2 and their verification
-    predict     predictions from an exported file (no torch)
-    run         one training run from a config: builds on train and report; tune and cli run it
-    tune        hyperparameter search: train runs as trials
-    env         the environment doctor
-    cli         the commands; nothing in the package imports it
-    (package)   torchwise/__init__.py and __main__.py: the public facade, on top of everything
+The order, bottom to top, and why each layer sits where it does, is in docs/ARCHITECTURE.md (the block
+under its "layers" marker); this test reads it from there, so the doc and the test cannot disagree.
 
 Every import counts, also the ones inside functions (those are only deferred, not absent). The
 imports that point up would be listed in KNOWN_UPWARD with the reason (none is today); the test fails
@@ -34,16 +14,30 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "torchwise"
+ARCHITECTURE = ROOT.parent / "docs" / "ARCHITECTURE.md"
+LAYERS_MARKER = "<!-- layers:"
 
-LAYERS = ["version", "errors", "files", "numbers", "config", "weights", "models", "data", "diagnose", "train",
-          "toolbox", "script_check", "report", "export", "predict", "run", "tune", "env", "cli", "(package)"]
+
+def layers_from_doc(text: str) -> list[str]:
+    """The first word of each line of the fenced block that follows the layers marker, bottom to top."""
+    lines = text.splitlines()
+    marker = next((i for i, line in enumerate(lines) if line.strip().startswith(LAYERS_MARKER)), None)
+    assert marker is not None, f"docs/ARCHITECTURE.md has no {LAYERS_MARKER!r} marker before its layer list"
+    assert lines[marker + 1].strip().startswith("```"), "the layers marker must be followed by a fenced block"
+    end = next(i for i in range(marker + 2, len(lines)) if lines[i].strip().startswith("```"))
+    layers = [line.split()[0] for line in lines[marker + 2:end] if line.strip()]
+    assert len(layers) == len(set(layers)), f"a layer is listed twice in docs/ARCHITECTURE.md: {layers}"
+    return layers
+
+
+LAYERS = layers_from_doc(ARCHITECTURE.read_text(encoding="utf-8"))
 
 # (from layer, to layer): why it points up. Empty since issue 17; an entry here needs a reason the review accepts.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> str:
-    """'torchwise.train.step' -> 'train'; 'torchwise.config' -> 'config'; the package itself -> '(package)'."""
+    """'torchwise.train.step.body' -> 'train'; 'torchwise.config' -> 'config'; the package itself -> '(package)'."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in ("__init__", "__main__"):
         return "(package)"
@@ -83,15 +77,16 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
-def upward_imports(root: Path = ROOT) -> dict[tuple[str, str], list[str]]:
-    """(from layer, to layer) -> the imports (module -> module) that point up."""
+def upward_imports(root: Path = ROOT, layers: list[str] | None = None) -> dict[tuple[str, str], list[str]]:
+    """(from layer, to layer) -> the imports (module -> module) that point up, for the order `layers`
+    (default: docs/ARCHITECTURE.md's)."""
     known = modules(root)
-    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    rank = {layer: i for i, layer in enumerate(layers or LAYERS)}
     found: dict[tuple[str, str], list[str]] = defaultdict(list)
     for name, path in known.items():
         for target in imports_of(name, path, known):
             a, b = layer_of(name), layer_of(target)
-            assert a in rank and b in rank, f"{name} or {target} is in no layer: add its folder to LAYERS"
+            assert a in rank and b in rank, f"{name} or {target} is in no layer: add its folder to the layer list in docs/ARCHITECTURE.md"
             if rank[b] > rank[a]:
                 found[(a, b)].append(f"{name} -> {target}")
     return dict(found)
@@ -101,7 +96,7 @@ def test_every_import_points_down_or_is_a_known_debt():
     found = upward_imports()
     new = {pair: where for pair, where in found.items() if pair not in KNOWN_UPWARD}
     gone = [pair for pair in KNOWN_UPWARD if pair not in found]
-    assert not new, "imports that point up the layers (see the order in this file's docstring):\n" + "\n".join(
+    assert not new, "imports that point up the layers (see the order in docs/ARCHITECTURE.md):\n" + "\n".join(
         f"  {a} -> {b}: {', '.join(where[:4])}" for (a, b), where in sorted(new.items()))
     assert not gone, f"these upward imports are gone: remove them from KNOWN_UPWARD: {gone}"
 
@@ -182,3 +177,17 @@ def test_an_added_import_cycle_is_caught(tmp_path):
     (copy / "version.py").write_text((copy / "version.py").read_text() + "\n\ndef _late():\n    from torchwise import errors  # noqa\n")
     (copy / "errors.py").write_text((copy / "errors.py").read_text() + "\n\ndef _late():\n    from torchwise import version  # noqa\n")
     assert ["torchwise.errors", "torchwise.version"] in import_cycles(copy)
+
+
+def test_the_layer_order_is_read_from_the_architecture_doc():
+    """The order the tests enforce is the doc's: every folder of the package is in it, and nothing else."""
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    files = {p.stem for p in ROOT.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert set(LAYERS) == folders | files | {"(package)"}, \
+        "docs/ARCHITECTURE.md's layer list and the package's top-level modules differ"
+    doc = ARCHITECTURE.read_text(encoding="utf-8")
+    # the doc with diagnose listed above train: the Trainer's imports of the checker then point up
+    swapped = doc.replace("\ndiagnose ", "\n@@ ").replace("\ntrain ", "\ndiagnose ").replace("\n@@ ", "\ntrain ")
+    layers = layers_from_doc(swapped)
+    assert layers.index("diagnose") == layers.index("train") + 1
+    assert ("train", "diagnose") in upward_imports(ROOT, layers)

@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 
 import torchwise
 from conftest import run_cli
-from torchwise.train.lr_find import lr_find, run_lr_find, suggest, zero_lag_smooth
+from torchwise.train.recipes.lr_find import lr_find, run_lr_find, suggest, zero_lag_smooth
 from torchwise.errors import TorchwiseError
 
 

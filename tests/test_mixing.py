@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from torchwise.errors import TorchwiseError
-from torchwise.train.mixing import (BatchMix, MixedTarget, cutmix_box, cutmix_images, kept_share, labels_of,
-                                    mixed_loss, mixup_images)
+from torchwise.train.recipes.mixing import (BatchMix, MixedTarget, cutmix_box, cutmix_images, kept_share,
+                                            labels_of, mixed_loss, mixup_images)
 
 
 def _gen(seed: int) -> torch.Generator:

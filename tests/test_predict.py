@@ -256,7 +256,7 @@ def test_cli_train_export_predict_for_csv_runs(tmp_path):
 
 
 def test_export_verify_predict_for_the_demo(digits_run):
-    from torchwise.cli.export import export_verify_predict
+    from torchwise.cli.export_command import export_verify_predict
 
     lines: list[str] = []
     result = export_verify_predict(digits_run["run"], log=lines.append)

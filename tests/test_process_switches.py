@@ -8,7 +8,7 @@ from torch.utils.data import TensorDataset
 
 import torchwise
 from torchwise.errors import ConfigError
-from torchwise.train.process_switches import ProcessSwitches
+from torchwise.train.speed.process_switches import ProcessSwitches
 
 
 def data(n=64):

@@ -217,7 +217,7 @@ def test_the_multi_node_recipe_runs_on_one_machine(tmp_path):
     import shlex
 
     from torchwise.data.digits import write_digits
-    from torchwise.train.distributed import free_port
+    from torchwise.train.distributed.process_group import free_port
 
     block = README.split("<!-- readme-multinode", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     lines = [line for line in block.splitlines() if line.strip()]

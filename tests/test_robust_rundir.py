@@ -367,7 +367,7 @@ CUTS = {"empty": lambda n: 0, "7 bytes": lambda n: 7, "half": lambda n: n // 2, 
 @pytest.mark.parametrize("file", ["model.safetensors", "state.pt"])
 def test_a_cut_short_newest_checkpoint_is_passed_over_for_the_previous_one(run, file, cut):
     from torchwise.errors import CheckpointError
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     newest = run / "checkpoints" / "step-000000008"
     content = (newest / file).read_bytes()
@@ -393,7 +393,7 @@ def test_resume_falls_back_past_a_cut_short_checkpoint_and_finishes(run):
     said = proc.stdout + proc.stderr
     assert "step-000000008 is unreadable" in said and "previous good checkpoint step-000000004" in said
     assert "resumed from" in said and "step-000000004" in said
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     # the run ends with a good newest checkpoint again (so a later resume does not warn)
     newest = ckpt.list_checkpoints(run / "checkpoints")[-1]
@@ -414,7 +414,7 @@ def _fsize_limited(limit: int, *args: object, timeout: float = 240) -> subproces
 
 
 def test_a_checkpoint_write_that_fails_for_file_size_leaves_the_previous_one_resumable(run):
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     state = run / "checkpoints" / "step-000000008" / "state.pt"
     weights = state.with_name("model.safetensors")
@@ -435,7 +435,7 @@ def test_a_failed_checkpoint_write_cleans_up_and_names_the_good_one(tmp_path):
     import torch
 
     from torchwise.errors import TorchwiseError
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     root = tmp_path / "checkpoints"
     ckpt.save_checkpoint(root, 1, {"w": torch.ones(3)}, {"step": 1})
@@ -474,7 +474,7 @@ def test_every_file_of_a_run_has_the_umask_mode(base):
 def test_checkpoint_and_weights_files_follow_the_umask(tmp_path, umask, mode):
     import torch
 
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
     from torchwise.weights import save_state_dict
 
     old = os.umask(umask)
@@ -512,7 +512,7 @@ def test_ctrl_c_prints_the_command_that_continues_the_run(data, tmp_path):
     assert proc.returncode == 130, out[-2000:] + err[-3000:]
     assert f"torchwise train --out {run} --resume" in err, err[-3000:]
     assert "Traceback" not in err
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     assert ckpt.find_resume_checkpoint(True, run) is not None
     assert not list((run / "checkpoints").glob(".tmp-*"))  # an interrupted write leaves nothing half done
@@ -525,7 +525,7 @@ def test_a_checkpoint_moved_aside_for_a_resave_comes_back_when_the_process_died_
 
     import torch
 
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     root = tmp_path / "checkpoints"
     root.mkdir()

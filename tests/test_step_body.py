@@ -1,4 +1,4 @@
-"""The one training step body (torchwise/train/step.py: StepRunner.body) and the wrappers around it.
+"""The one training step body (torchwise/train/step/body.py: StepRunner.body) and the wrappers around it.
 
 - the body is bit-identical to the plain hand-written loop (accumulation 1 and 3 with a short last
   micro-batch, fp32 and bf16 autocast on the CPU, with and without clipping);
@@ -17,10 +17,10 @@ import pytest
 import torch
 from torch import nn
 
-import torchwise.train.step as step_module
-from torchwise.train.precision import choose_precision
-from torchwise.train.step import OVERFLOW, StepRunner
-from torchwise.train.step_wrappers import CompileFallback, OOMGuard, compose_step, find_layer
+import torchwise.train.step.body as step_module
+from torchwise.train.step.precision import choose_precision
+from torchwise.train.step.body import OVERFLOW, StepRunner
+from torchwise.train.step.step_wrappers import CompileFallback, OOMGuard, compose_step, find_layer
 
 ROOT = Path(__file__).resolve().parents[1] / "torchwise"
 
@@ -177,7 +177,7 @@ def test_the_memory_measurement_runs_the_shared_body(counting):
 def test_lr_find_runs_the_shared_body(counting):
     from torch.utils.data import TensorDataset
 
-    from torchwise.train.lr_find import lr_find
+    from torchwise.train.recipes.lr_find import lr_find
 
     (x,), y, _ = batches([64], seed=0)[0]
     model = net()
@@ -203,7 +203,7 @@ def _step_calls(path: Path) -> list[int]:
 def test_one_place_in_the_package_calls_the_optimizer_step():
     found = {str(p.relative_to(ROOT)): _step_calls(p) for p in ROOT.rglob("*.py")}
     found = {path: lines for path, lines in found.items() if lines}
-    assert list(found) == ["train/step.py"] and len(found["train/step.py"]) == 1, found
+    assert list(found) == ["train/step/body.py"] and len(found["train/step/body.py"]) == 1, found
 
 
 def test_compose_step_puts_the_wrappers_together_with_the_trainers_call():

@@ -252,7 +252,7 @@ def test_deterministic_mode_sets_what_others_forget():
 
 
 def test_device_and_precision_choice():
-    from torchwise.train.precision import choose_device, choose_precision
+    from torchwise.train.step.precision import choose_device, choose_precision
 
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert choose_device("auto").type == expected

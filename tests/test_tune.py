@@ -238,7 +238,7 @@ def test_space_errors_name_the_key_and_the_fix(digits, tmp_path):
 
 
 def test_import_stays_light():
-    code = ("import sys, torchwise, torchwise.tune, torchwise.cli.tune; "
+    code = ("import sys, torchwise, torchwise.tune, torchwise.cli.tune_command; "
             "print(sorted(m for m in ('optuna', 'torch', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -70,7 +70,7 @@ def test_a_tensor_dataset_already_on_the_gpu_trains_without_pinning_or_workers()
 
 
 def test_tensors_on_another_device_with_workers_are_refused_clearly():
-    from torchwise.train.loaders import build_loader
+    from torchwise.train.state.loaders import build_loader
 
     data = TensorDataset(torch.randn(16, 4, device="meta"), torch.zeros(16, device="meta"))
     with pytest.raises(TorchwiseError, match="worker processes cannot load") as info:

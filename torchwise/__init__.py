@@ -14,29 +14,29 @@ from torchwise.version import __version__
 _LAZY = {
     "Trainer": "torchwise.train.trainer",
     "FitResult": "torchwise.train.trainer",
-    "EarlyStopping": "torchwise.train.early_stop",
+    "EarlyStopping": "torchwise.train.evaluate.early_stop",
     "TrainerConfig": "torchwise.train.settings",
-    "Monitor": "torchwise.train.monitor",
+    "Monitor": "torchwise.train.evaluate.monitor",
     "Event": "torchwise.train.events",
     "save_model": "torchwise.weights",
     "load_model": "torchwise.weights",
     "load_state_dict": "torchwise.weights",
-    "seed_everything": "torchwise.train.reproducibility",
+    "seed_everything": "torchwise.train.state.reproducibility",
     "TorchwiseError": "torchwise.errors",
     "watch": "torchwise.diagnose.watch",
     "summary": "torchwise.toolbox.summary",
     "memory_estimate": "torchwise.toolbox.memory",
     "find_batch_size": "torchwise.toolbox.batch_size",
-    "enable_checkpointing": "torchwise.train.activation_checkpointing",
-    "lr_find": "torchwise.train.lr_find",
+    "enable_checkpointing": "torchwise.train.speed.activation_checkpointing",
+    "lr_find": "torchwise.train.recipes.lr_find",
     "tune": "torchwise.tune",
     "tune_loader": "torchwise.data.tune_loader",
     "class_weights": "torchwise.data.class_weights",
     "param_groups": "torchwise.models",
     "head_parameters": "torchwise.models",
     "backbone_parameters": "torchwise.models",
-    "EMA": "torchwise.train.ema",
-    "BatchMix": "torchwise.train.mixing",
+    "EMA": "torchwise.train.recipes.ema",
+    "BatchMix": "torchwise.train.recipes.mixing",
     "Logger": "torchwise.train.loggers",
 }
 
@@ -44,7 +44,7 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwise.errors import TorchwiseError
-    from torchwise.train.monitor import Monitor
+    from torchwise.train.evaluate.monitor import Monitor
     from torchwise.train.settings import TrainerConfig
     from torchwise.train.trainer import FitResult, Trainer
     from torchwise.weights import load_model, save_model

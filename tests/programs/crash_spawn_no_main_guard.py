@@ -6,7 +6,7 @@ Each process (the script itself as __main__, the worker re-importing it as __mp_
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from torchwise.diagnose.errors import translate
+from torchwise.diagnose.error_translation import translate
 
 loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, num_workers=1, multiprocessing_context="spawn")
 try:

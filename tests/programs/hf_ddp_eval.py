@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from torchwise.train import distributed
+from torchwise.train.distributed import process_group as distributed
 
 
 def main():

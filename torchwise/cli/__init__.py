@@ -1,1 +1,1 @@
-"""The `torchwise` command: one module per subcommand, each thin (parse, call the library, print)."""
+"""The `torchwise` command: one module per subcommand (<name>_command.py), each thin (parse, call the library, print)."""

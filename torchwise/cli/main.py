@@ -1,6 +1,6 @@
 """Entry point of the `torchwise` command.
 
-Each subcommand lives in its own module `torchwise.cli.<name>` exposing
+Each subcommand lives in its own module `torchwise.cli.<name>_command` (lr-find: lr_find_command) exposing
 `add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
 subcommand is used, so `torchwise --help` stays fast.
 """
@@ -15,17 +15,17 @@ import sys
 
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("torchwise.cli.demo", "train the embedded digits demo end to end and write a report"),
-    "train": ("torchwise.cli.train", "train an image folder or a CSV file with no code"),
-    "eval": ("torchwise.cli.eval", "evaluate a run or checkpoint: accuracy, per-class metrics, confusion matrix"),
-    "check": ("torchwise.cli.check", "run your own training script and report the silent mistakes in it"),
-    "doctor": ("torchwise.cli.doctor", "check that torch really computes on every device; versions, driver, workers"),
-    "export": ("torchwise.cli.export", "export a run or checkpoint to ONNX / TorchScript / .pt2, verified against PyTorch"),
-    "predict": ("torchwise.cli.predict", "top-k predictions from an exported .onnx model (no torch needed)"),
-    "tune": ("torchwise.cli.tune", "hyperparameter search (Optuna): every trial a real train run, pruned, resumable"),
-    "lr-find": ("torchwise.cli.lr_find", "sweep the learning rate, plot loss against it and suggest one (same flags as train)"),
-    "summary": ("torchwise.cli.summary", "per-layer output shapes, parameters and activation memory of a model"),
-    "memory": ("torchwise.cli.memory", "where training memory goes per precision; largest batch that fits; checkpointing"),
+    "demo": ("torchwise.cli.demo_command", "train the embedded digits demo end to end and write a report"),
+    "train": ("torchwise.cli.train_command", "train an image folder or a CSV file with no code"),
+    "eval": ("torchwise.cli.eval_command", "evaluate a run or checkpoint: accuracy, per-class metrics, confusion matrix"),
+    "check": ("torchwise.cli.check_command", "run your own training script and report the silent mistakes in it"),
+    "doctor": ("torchwise.cli.doctor_command", "check that torch really computes on every device; versions, driver, workers"),
+    "export": ("torchwise.cli.export_command", "export a run or checkpoint to ONNX / TorchScript / .pt2, verified against PyTorch"),
+    "predict": ("torchwise.cli.predict_command", "top-k predictions from an exported .onnx model (no torch needed)"),
+    "tune": ("torchwise.cli.tune_command", "hyperparameter search (Optuna): every trial a real train run, pruned, resumable"),
+    "lr-find": ("torchwise.cli.lr_find_command", "sweep the learning rate, plot loss against it and suggest one (same flags as train)"),
+    "summary": ("torchwise.cli.summary_command", "per-layer output shapes, parameters and activation memory of a model"),
+    "memory": ("torchwise.cli.memory_command", "where training memory goes per precision; largest batch that fits; checkpointing"),
 }
 
 

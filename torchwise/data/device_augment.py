@@ -15,7 +15,7 @@ Why the caller owns the generator: the random draws of a batch must be a pure fu
 (seed, epoch, step), so that a run resumed from a checkpoint augments each batch exactly as the
 uninterrupted run would have. A generator hidden inside this object (or the global RNG) would
 carry state across batches that a checkpoint would have to capture; a generator seeded by the
-caller per batch (`torchwise.train.reproducibility.derive_seed(seed, epoch, step)`) needs nothing
+caller per batch (`torchwise.train.state.reproducibility.derive_seed(seed, epoch, step)`) needs nothing
 saved. Each call draws a fixed number of values per sample (`BatchAugment.DRAWS_PER_SAMPLE`), whatever
 options are on, so switching jitter on does not change which crops and flips a seed gives.
 

@@ -56,7 +56,7 @@ def check_out_dir(run_dir: Path) -> None:
 
 def check_run_dir(run_dir: Path, resume: bool) -> None:
     """A new run needs a directory without a run in it; a resumed one needs a complete checkpoint."""
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     complete = ckpt.list_checkpoints(run_dir / "checkpoints")
     if resume:

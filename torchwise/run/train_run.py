@@ -19,7 +19,7 @@ from typing import Any
 
 from torchwise.errors import TorchwiseError
 from torchwise.run.directory import check_out_dir, check_run_dir, publish, with_absolute_paths
-from torchwise.run.evaluation import evaluate, write_run_report
+from torchwise.run.final_eval import evaluate, write_run_report
 from torchwise.run.log_lines import log_data, log_loss, log_result
 from torchwise.run.resume import check_same_data, plan_resume, resume_command
 from torchwise.run.trainer_setup import make_trainer
@@ -31,7 +31,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
     `on_trainer(trainer)` is called before training starts (e.g. `torchwise tune` registers its
     evaluation callback there)."""
     from torchwise import files
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     if not config.output.dir:
         raise TorchwiseError("No run directory given.", values={"output.dir": None},
@@ -66,7 +66,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
 
 def _join_process_group(config):
     """The torchrun environment, with the process group joined early (before any file is written)."""
-    from torchwise.train import distributed
+    from torchwise.train.distributed import process_group as distributed
 
     env = distributed.env_from_torchrun()
     if env.enabled:
@@ -78,7 +78,7 @@ def _check_up_front(config) -> None:
     """What can be refused before the data are read (a scan of a large folder takes minutes)."""
     from torchwise import models
     from torchwise.data.tasks import is_csv, resolve_model_name
-    from torchwise.train.precision import choose_device
+    from torchwise.train.step.precision import choose_device
 
     d = config.data
     if not d.path:
@@ -100,7 +100,7 @@ def _train_in(config, run_dir: Path, staging: Path | None, dist_env, log, on_tra
     import torch
 
     from torchwise.models import build_model
-    from torchwise.train.reproducibility import seed_everything
+    from torchwise.train.state.reproducibility import seed_everything
 
     main = dist_env.is_main
     started = time.perf_counter()
@@ -130,7 +130,7 @@ def _prepare_data(config, run_dir: Path, staging: Path | None, dist_env, log) ->
     """The task (data, split, preprocessing) and its metadata; on rank 0 also the run's own files, staged."""
     from torchwise.data.stats import STATS_FILE
     from torchwise.data.tasks import prepare_task
-    from torchwise.train.distributed import barrier
+    from torchwise.train.distributed.process_group import barrier
 
     main = dist_env.is_main
     if main:

@@ -158,7 +158,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
 def _run_as_main(script: str, module: bool, watcher, workers, state: dict[str, Any]) -> None:
     """Run the script as __main__ and keep in `state` how it ended: check's stop, its own exit status, Ctrl-C,
     or its own failure (reported, never a crash of the checker)."""
-    from torchwise.diagnose.errors import translate
+    from torchwise.diagnose.error_translation import translate
     from torchwise.diagnose.watch import StopScript
 
     try:

@@ -17,8 +17,8 @@ from torchwise.diagnose.catalog import Finding
 def overfit_one_batch(model: nn.Module, inputs: Any, targets: torch.Tensor, loss_fn: Callable, *,
                       steps: int = 300, lr: float = 1e-3, batch: int = 16, target_ratio: float = 0.05) -> dict:
     """Train a copy of `model` on the first `batch` samples only; report whether the loss nearly vanishes."""
-    from torchwise.train.precision import choose_precision
-    from torchwise.train.step import StepRunner
+    from torchwise.train.step.precision import choose_precision
+    from torchwise.train.step.body import StepRunner
 
     m = copy.deepcopy(model)
     m.train()
@@ -30,7 +30,7 @@ def overfit_one_batch(model: nn.Module, inputs: Any, targets: torch.Tensor, loss
     y = targets[:batch]
     opt = torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=lr)
     device = next((p.device for p in m.parameters()), torch.device("cpu"))
-    # The Trainer's own step body (train/step.py); fp32, no clipping: the plain loop of the seed's check
+    # The Trainer's own step body (train/step/body.py); fp32, no clipping: the plain loop of the seed's check
     runner = StepRunner(m, opt, loss_fn, choose_precision("fp32", device), device, None)
     micro = [(args, y, int(y.shape[0]))]
     first = last = None

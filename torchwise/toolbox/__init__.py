@@ -1,5 +1,5 @@
 """The troubleshooting toolbox: model summary, memory accounting, batch-size finder, OOM recovery
-and gradient checkpointing. The LR finder lives in torchwise.train.lr_find.
+and gradient checkpointing. The LR finder lives in torchwise.train.recipes.lr_find.
 
 Nothing heavy is imported here; import the submodule you need.
 """

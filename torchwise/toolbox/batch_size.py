@@ -79,7 +79,7 @@ def find_batch_size(model: nn.Module, example_input: Any, *, device: str | torch
     sample (its first dimension is the batch and is replaced)."""
     from torchwise.toolbox.memory import (batch_like, estimate_row, measure_cuda_peak, optimizer_cost)
     from torchwise.toolbox.oom import free_memory, is_oom
-    from torchwise.train.precision import choose_device
+    from torchwise.train.step.precision import choose_device
 
     dev = choose_device(device)
     cost = optimizer_cost(optimizer)

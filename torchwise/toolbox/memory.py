@@ -255,7 +255,7 @@ def memory_estimate(model: nn.Module, example_input: Any, *, batch_size: int | N
     precision. `example_input`: a batch (or one sample with a batch dimension) shaped like the data;
     `batch_size`: the batch to account for (default: the example's own). `measure=True` also runs
     real training steps and reports the measured peak next to the estimate."""
-    from torchwise.train.precision import choose_device
+    from torchwise.train.step.precision import choose_device
 
     dev = choose_device(device)
     cost = optimizer_cost(optimizer)
@@ -305,10 +305,10 @@ def memory_estimate(model: nn.Module, example_input: Any, *, batch_size: int | N
 
 def _train_steps(model: nn.Module, inputs: tuple[Any, ...], precision: str, optimizer_name: str, task: str,
                  loss_fn: Callable | None, steps: int, after_step: Callable[[], None] | None = None) -> None:
-    """`steps` training steps on `inputs`, each the Trainer's own step body (train/step.py: autocast,
+    """`steps` training steps on `inputs`, each the Trainer's own step body (train/step/body.py: autocast,
     GradScaler for fp16, the finite check, the update), so what is measured is what training runs."""
-    from torchwise.train.precision import choose_precision
-    from torchwise.train.step import StepRunner
+    from torchwise.train.step.precision import choose_precision
+    from torchwise.train.step.body import StepRunner
 
     device = inputs[0].device
     opt = make_optimizer(optimizer_name, [p for p in model.parameters() if p.requires_grad])
@@ -344,7 +344,7 @@ def measure_cuda_peak(model: nn.Module, inputs: tuple[Any, ...], precision: str,
     torch.cuda.reset_peak_memory_stats(device)
     clone = copy.deepcopy(model)
     if checkpointing:
-        from torchwise.train.activation_checkpointing import enable_checkpointing
+        from torchwise.train.speed.activation_checkpointing import enable_checkpointing
 
         enable_checkpointing(clone)
     batch = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
@@ -424,7 +424,7 @@ def _worker(spec_path: str) -> None:
         name, classes, channels, size = spec["model_spec"].rsplit(":", 3)  # a timm:NAME keeps its colon
         model = build_model(name, int(classes), int(channels), tuple(int(s) for s in size.split("x")) if size else None)
     if spec.get("checkpointing"):
-        from torchwise.train.activation_checkpointing import enable_checkpointing
+        from torchwise.train.speed.activation_checkpointing import enable_checkpointing
 
         enable_checkpointing(model)
     torch.manual_seed(0)
@@ -455,7 +455,7 @@ def checkpointing_saving(model: nn.Module, example_input: Any, *, batch_size: in
                          device: str | torch.device = "cpu", threads: int | None = None) -> dict[str, Any]:
     """Measured peak of a training step without and with gradient checkpointing (same measuring as
     memory_estimate(measure=True))."""
-    from torchwise.train.precision import choose_device
+    from torchwise.train.step.precision import choose_device
 
     dev = choose_device(device)
     model = model.to(dev)

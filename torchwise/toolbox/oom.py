@@ -1,7 +1,7 @@
 """Out-of-memory recovery for the train step: `on_oom="adapt"` and `on_oom="raise"`.
 
 The guard itself (`OOMGuard`) is one of the step's wrappers and lives with them in
-torchwise/train/step_wrappers.py (its docstring says what each mode does); it is re-exported here,
+torchwise/train/step/step_wrappers.py (its docstring says what each mode does); it is re-exported here,
 with the helpers, for the code that imports them from this module. `install` puts it around a
 Trainer's step from outside, through the same composition the Trainer uses.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from torchwise.train.step_wrappers import (MODES, OOMGuard, TrainingOutOfMemory, split_parts, compose_step, find_layer,
-                                           free_memory, is_oom, remedies, split_micro_batches)
+from torchwise.train.step.step_wrappers import (MODES, OOMGuard, TrainingOutOfMemory, split_parts, compose_step,
+                                                find_layer, free_memory, is_oom, remedies, split_micro_batches)
 
 __all__ = ["MODES", "OOMGuard", "TrainingOutOfMemory", "free_memory", "install", "is_oom", "remedies",
            "split_micro_batches", "split_parts"]

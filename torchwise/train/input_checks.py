@@ -198,7 +198,7 @@ class DataGuard:
 def check_metrics(metrics: Any) -> dict[str, Callable[..., Any]]:
     """A dict {name: fn or metric object}; in a list or tuple a function is named by its name, a metric
     object (torchmetrics' MulticlassF1Score) by its class's name in snake case (multiclass_f1_score)."""
-    from torchwise.train.metrics import is_streaming
+    from torchwise.train.evaluate.streaming_metrics import is_streaming
 
     if metrics is None:
         return {}
@@ -418,7 +418,7 @@ def resolve_judge(monitor: str | None, mode: str | None, min_delta: float | None
                   metrics: Iterable[str], has_val: bool):
     """The run's one `Monitor` (metric, direction, smallest improvement): the Trainer's settings and the
     EarlyStopping's, each given once or the same in both (resolve_monitor)."""
-    from torchwise.train.monitor import Monitor
+    from torchwise.train.evaluate.monitor import Monitor
 
     name, direction = resolve_monitor(monitor, mode, early_stopping, task, metrics, has_val)
     es_delta = getattr(early_stopping, "min_delta", None)

@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from torchwise.errors import ConfigError
-from torchwise.train.distributed import STRATEGIES
+from torchwise.train.distributed.process_group import STRATEGIES
 from torchwise.train.input_checks import did_you_mean, is_int
-from torchwise.train.precision import PRECISIONS
+from torchwise.train.step.precision import PRECISIONS
 
 TASKS = ("classification", "regression")
 
@@ -168,7 +168,7 @@ class EvalSettings:
     early_stopping: Any = None            # an EarlyStopping, a patience (int, as the CLI's), or None
 
     def __post_init__(self) -> None:
-        from torchwise.train.early_stop import EarlyStopping
+        from torchwise.train.evaluate.early_stop import EarlyStopping
 
         _int_at_least(self, ("eval_every",), 1, optional=True)
         b = self.eval_batch_size

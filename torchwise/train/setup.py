@@ -17,20 +17,20 @@ import torch
 from torch import nn
 
 from torchwise.errors import ConfigError, TorchwiseError
-from torchwise.train import checkpoint as ckpt
+from torchwise.train.state import checkpoint as ckpt
 from torchwise.diagnose import shape_watch
-from torchwise.train import distributed
+from torchwise.train.distributed import process_group as distributed
 from torchwise.train import input_checks as checks_
-from torchwise.train.evaluation import Evaluator
-from torchwise.train.fast import apply_to_model, compile_model, device_step_blocker, plan_fast
-from torchwise.train.loaders import LoaderState
-from torchwise.train.loop_state import History, OptimizerState
-from torchwise.train.precision import choose_device, choose_precision
-from torchwise.train.prefetch import prefetch_allowed
-from torchwise.train.reproducibility import configure_determinism, seed_everything
-from torchwise.train.schedule import build_schedule
-from torchwise.train.sharding import is_sharded
-from torchwise.train.step import StepRunner
+from torchwise.train.evaluate.validation import Evaluator
+from torchwise.train.speed.fast import apply_to_model, compile_model, device_step_blocker, plan_fast
+from torchwise.train.state.loaders import LoaderState
+from torchwise.train.state.loop_state import History, OptimizerState
+from torchwise.train.step.precision import choose_device, choose_precision
+from torchwise.train.speed.prefetch import prefetch_allowed
+from torchwise.train.state.reproducibility import configure_determinism, seed_everything
+from torchwise.train.recipes.schedule import build_schedule
+from torchwise.train.distributed.sharding import is_sharded
+from torchwise.train.step.body import StepRunner
 
 
 def require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
@@ -63,7 +63,7 @@ class TrainerSetup:
     def setup_run(self) -> Path | None:
         """Everything fit() needs; returns the checkpoint resumed from, if any. Long because it is the
         one ordered list of the run's parts (each step needs the ones before it), said once."""
-        from torchwise.train.loaders import build_loader
+        from torchwise.train.state.loaders import build_loader
 
         cfg = self.config
         self.setup_done = True
@@ -110,7 +110,7 @@ class TrainerSetup:
     def build_stage_parts(self) -> None:
         """What each stage of the run (each fit() call) has of its own: its length, the schedule over it,
         the checker's watch, and the step around the stage's optimizer."""
-        from torchwise.train.step_wrappers import compose_step
+        from torchwise.train.step.step_wrappers import compose_step
 
         cfg = self.config
         self.total_steps, self.epochs_planned = self.plan_length()
@@ -118,7 +118,7 @@ class TrainerSetup:
                                        max_epochs=self.epochs_planned, warmup_steps=cfg.warmup_steps, mode=cfg.mode,
                                        interval=cfg.scheduler_interval)
         self.watcher = self.attach_watcher()
-        # The one step body, wrapped in one place (train/step_wrappers.py): the device-step path, the OOM guard
+        # The one step body, wrapped in one place (train/step/step_wrappers.py): the device-step path, the OOM guard
         # (remedies, or smaller micro-batches with on_oom="adapt"), and the fall-back from a failed compile.
         self.step_core = StepRunner(self.train_model, self.optimizer, self.contract, self.precision, self.device,
                                     cfg.clip_grad_norm, self.dist, self.watcher)
@@ -217,7 +217,7 @@ class TrainerSetup:
             plan.on.discard(part)
             plan.why_off[part] = blocker
         if "cuda_graph" in plan.on:
-            from torchwise.train.graphed_step import graph_blocker
+            from torchwise.train.speed.graphed_step import graph_blocker
 
             why = graph_blocker(self.device, self.dist, self.config.accumulate, self.optimizer,
                                 self.config.compile_options if "compile" in plan.on else None)
@@ -305,7 +305,7 @@ class TrainerSetup:
         return self.optimizer_params(float(factory(list(self.model.parameters())).defaults["lr"]))
 
     def eval_loader(self, data: Any):
-        from torchwise.train.loaders import build_loader
+        from torchwise.train.state.loaders import build_loader
 
         cfg = self.config
         data = self.val_data if data is None else data

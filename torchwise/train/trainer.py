@@ -1,9 +1,10 @@
 """The Trainer: the seed articles' whole training loop, done right, with exact resume.
 
-The loop itself is `fit()`; one optimizer step is `StepRunner.run` (step.py); validation is
-`Evaluator` (evaluation.py), its rows and the best weights eval_log.py; the settings are one typed tree
-(settings.py); the set-up that waits for fit() is setup.py; checkpoints are run_files.py (what) and
-checkpoint.py (how); Ctrl-C is interrupt.py. This module wires them together.
+The loop itself is `fit()`; one optimizer step is `StepRunner.run` (step/body.py); validation is
+`Evaluator` (evaluate/validation.py), its rows and the best weights evaluate/eval_log.py; the settings are
+one typed tree (settings.py); the set-up that waits for fit() is setup.py; checkpoints are
+state/run_files.py (what) and state/checkpoint.py (how); Ctrl-C is state/interrupt.py. This module wires
+them together (docs/ARCHITECTURE.md maps the rooms).
 """
 from __future__ import annotations
 
@@ -19,27 +20,27 @@ import torch
 from torch import nn
 
 from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
-from torchwise.train import distributed
+from torchwise.train.distributed import process_group as distributed
 from torchwise.train import input_checks as checks_
-from torchwise.train.batches import move_to
-from torchwise.train.contract import StepContract
-from torchwise.train.distributed import DistEnv, barrier, gather_objects
-from torchwise.train.eval_log import TrainerReporting
-from torchwise.train.evaluation import MetricFn
+from torchwise.train.step.batches import move_to
+from torchwise.train.step.contract import StepContract
+from torchwise.train.distributed.process_group import DistEnv, barrier, gather_objects
+from torchwise.train.evaluate.eval_log import TrainerReporting
+from torchwise.train.evaluate.validation import MetricFn
 from torchwise.train.events import EVENTS, Events, Handle
-from torchwise.train.fast import FastPlan, to_channels_last
-from torchwise.train.interrupt import InterruptGuard, InterruptHandling
-from torchwise.train.loop_state import Position
-from torchwise.train.monitor import BestMetric
-from torchwise.train.prefetch import Prefetcher
-from torchwise.train.process_switches import ProcessSwitches
+from torchwise.train.speed.fast import FastPlan, to_channels_last
+from torchwise.train.state.interrupt import InterruptGuard, InterruptHandling
+from torchwise.train.state.loop_state import Position
+from torchwise.train.evaluate.monitor import BestMetric
+from torchwise.train.speed.prefetch import Prefetcher
+from torchwise.train.speed.process_switches import ProcessSwitches
 from torchwise.train.progress import Progress
-from torchwise.train.reproducibility import derive_seed
-from torchwise.train.run_files import RunFiles, has_state
+from torchwise.train.state.reproducibility import derive_seed
+from torchwise.train.state.run_files import RunFiles, has_state
 from torchwise.train.settings import ALIASES, FLAT, TrainerConfig, build_config
-from torchwise.train.recipes import TrainerRecipes
+from torchwise.train.recipes.trainer_recipes import TrainerRecipes
 from torchwise.train.setup import TrainerSetup, apply_batch_fn
-from torchwise.train.stages import TrainerStages
+from torchwise.train.recipes.stages import TrainerStages
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
     """Trainer(model, optimizer, loss, train_data, val_data, *, config=None, metrics=None, callbacks=(),
     compute_loss=None, **settings): `settings` are the fields of TrainerConfig by name (epochs=3, ...).
 
-    How a batch becomes a loss (train/contract.py): loss(model(*inputs), target) for (x, y) batches; a
+    How a batch becomes a loss (train/step/contract.py): loss(model(*inputs), target) for (x, y) batches; a
     dict batch the model takes by keyword (a Hugging Face batch) is model(**batch), with the model's own
     loss unless loss= is given; compute_loss(model, batch) -> loss or (loss, outputs, targets) for anything
     else. Metrics may be functions fn(outputs, targets) or streaming objects (a torchmetrics Metric).
@@ -131,9 +132,9 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         self.optimizer = self.schedule = self.train_model = self.step_core = self.step_runner = None
         self.train_loader = self.val_loader = self.total_steps = self.epochs_planned = None
         self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = self.progress = None
-        self.ema = self.mix = None  # the recipes (train/recipes.py), when their settings are on
+        self.ema = self.mix = None  # the recipes (train/recipes/trainer_recipes.py), when their settings are on
         self.setup_done = self.stop_requested = self.stream_ended = False
-        self.stages_started = 0  # fit() calls so far (train/stages.py)
+        self.stages_started = 0  # fit() calls so far (train/recipes/stages.py)
         self.peeked, self.peeked_for_stage = None, -1  # the resume checkpoint's stage, read once per fit() call
         self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
         self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
@@ -170,8 +171,8 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
 
     def lr_find(self, **kwargs: Any):
         """Learning-rate sweep with this Trainer's model, optimizer, data and precision; restores everything
-        afterwards. See torchwise.train.lr_find.run_lr_find for the options and the result."""
-        from torchwise.train.lr_find import run_lr_find
+        afterwards. See torchwise.train.recipes.lr_find.run_lr_find for the options and the result."""
+        from torchwise.train.recipes.lr_find import run_lr_find
 
         return run_lr_find(self, **kwargs)
 
@@ -181,7 +182,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
 
     def fit(self, *, optimizer: Any = None, **settings: Any) -> FitResult:
         """Train; the process-wide torch switches the run turns are put back when it returns or raises.
-        Called again, fit() is the run's next stage (train/stages.py): `settings` (epochs=, max_steps=, ...)
+        Called again, fit() is the run's next stage (train/recipes/stages.py): `settings` (epochs=, max_steps=, ...)
         and `optimizer` apply from it on, and the step count, logs and checkpoints go on."""
         stage = self.begin_stage(optimizer, settings)
         done = self.stage_done_before(stage)
@@ -252,7 +253,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
 
     def _start_profiler(self) -> None:
         if self.profile_steps and self.dist.is_main:
-            from torchwise.train.profiling import StepProfiler
+            from torchwise.train.speed.profiling import StepProfiler
 
             self.profiler = StepProfiler(self.profile_steps, self.device, self.config.out_dir)
 

@@ -1,5 +1,5 @@
 """The checker's detectors: one module a mistake, each holding a `DETECTOR` (detectors/spec.py says what it
-declares), listed once in names.py. REGISTRY is them all, in that order; the catalog (what a person reads),
+declares), listed once in registry.py. REGISTRY is them all, in that order; the catalog (what a person reads),
 `torchwise check --list`, the order findings are reported in and which finding explains which are all read
 from here, so nothing about a detector is kept in a second table.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from torchwise.diagnose.detectors.names import NAMES
+from torchwise.diagnose.detectors.registry import NAMES
 from torchwise.diagnose.detectors.spec import Detector
 
 

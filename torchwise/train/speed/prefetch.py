@@ -63,7 +63,7 @@ class Prefetcher:
 
 def prefetch_allowed(loader: Any, num_workers: int) -> tuple[bool, str]:
     """(allowed, why not): see the module doc."""
-    from torchwise.train.loaders import BatchIndexedTensors
+    from torchwise.train.state.loaders import BatchIndexedTensors
 
     if num_workers > 0 or isinstance(getattr(loader, "dataset", None), BatchIndexedTensors):
         return True, ""

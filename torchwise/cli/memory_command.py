@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from torchwise.cli.summary import add_model_source, load_model_source, shape_errors_explained
+from torchwise.cli.summary_command import add_model_source, load_model_source, shape_errors_explained
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from torchwise.cli import train as train_cli
+from torchwise.cli import train_command as train_cli
 from torchwise.errors import TorchwiseError
 
 
@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from torchwise.data.tasks import prepare_task
     from torchwise.models import build_model
     from torchwise.run.trainer_setup import make_trainer
-    from torchwise.train.lr_find import run_lr_find
-    from torchwise.train.reproducibility import seed_everything
+    from torchwise.train.recipes.lr_find import run_lr_find
+    from torchwise.train.state.reproducibility import seed_everything
 
     config = train_cli.resolve_config(args)
     out = Path(config.output.dir or "lr_find")

@@ -9,7 +9,7 @@ from typing import Any
 
 def evaluate(trainer, task, meta: dict[str, Any], run_dir: Path, n_worst: int, write: bool = True):
     """Validation metrics of the final weights (the same functions `torchwise eval` uses) -> eval.json."""
-    from torchwise.run.metrics import evaluate_outputs, worst_examples
+    from torchwise.run.scores import evaluate_outputs, worst_examples
 
     outputs, targets = trainer.predict(task.val)
     evaluation = evaluate_outputs(outputs, targets, meta)

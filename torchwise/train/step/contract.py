@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from torchwise.errors import TorchwiseError
-from torchwise.train.batches import batch_size_of, samples_in, split_batch, split_inputs_only
-from torchwise.train.mixing import labels_of, mixed_loss
+from torchwise.train.step.batches import batch_size_of, samples_in, split_batch, split_inputs_only
+from torchwise.train.recipes.mixing import labels_of, mixed_loss
 from torchwise.weights import unwrap_model
 
 LABEL_KEYS = ("labels", "label", "targets", "target", "y")

@@ -1,8 +1,8 @@
 """Validation metrics of a model's outputs against the targets, and the examples it got most wrong.
 
-The same functions score a run at its end (evaluation.py, into eval.json) and `torchwise eval` on a
+The same functions score a run at its end (final_eval.py, into eval.json) and `torchwise eval` on a
 run or checkpoint later, so both report the same numbers; accuracy and top-5 are counted by the
-Trainer's own validation metrics' functions (torchwise/train/metrics.py), so they agree with val_acc.
+Trainer's own validation metrics' functions (torchwise/train/evaluate/streaming_metrics.py), so they agree with val_acc.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 def classification_metrics(outputs, targets, class_names: Sequence[str]) -> dict[str, Any]:
     import torch
 
-    from torchwise.train.metrics import argmax_hits, top5_hits
+    from torchwise.train.evaluate.streaming_metrics import argmax_hits, top5_hits
 
     n = len(class_names)
     predicted = outputs.argmax(dim=1)

@@ -7,7 +7,7 @@
 From the inside out:
 - `core`: the StepRunner, whose `body` is the one training step; `device_steps` picks how it runs:
   "eager" (finite check read on the host), "sync_free" (on the device), "cuda_graph" (the body
-  captured once and replayed, train/graphed_step.py), or None (leave the core's choice as it is);
+  captured once and replayed, train/speed/graphed_step.py), or None (leave the core's choice as it is);
 - `OOMGuard` (on_oom): an out-of-memory step is freed and run again in smaller micro-batches
   ("adapt"), or raised with the remedies ("raise");
 - `CompileFallback` (eager_model given): a step that fails inside torch.compile's machinery runs
@@ -36,8 +36,8 @@ from typing import Any, Callable
 import torch
 
 from torchwise.errors import TorchwiseError
-from torchwise.train.batches import split_parts
-from torchwise.train.failures import is_compile_failure, is_oom
+from torchwise.train.step.batches import split_parts
+from torchwise.train.step.failures import is_compile_failure, is_oom
 
 MODES = ("adapt", "raise")
 
@@ -59,7 +59,7 @@ def remedies(micro_batch: int | None, accumulate: int | None) -> str:
         else "a smaller batch with more accumulation"
     return ("in the order to try them: 1) on_oom='adapt' (or by hand: " + half + ": same effective batch, same "
             "result); 2) mixed precision: precision='bf16' (or 'fp16' on GPUs without bf16); 3) gradient "
-            "checkpointing: torchwise.train.activation_checkpointing.enable_checkpointing(model); 4) a lighter optimizer "
+            "checkpointing: torchwise.train.speed.activation_checkpointing.enable_checkpointing(model); 4) a lighter optimizer "
             "state: SGD with momentum keeps one buffer per weight, Adam two; 5) log loss.item(), not loss, and "
             "del large tensors you keep; `torchwise memory` shows where the memory goes and "
             "`torchwise memory --find-batch-size` the largest batch that fits.")
@@ -67,7 +67,7 @@ def remedies(micro_batch: int | None, accumulate: int | None) -> str:
 
 def split_micro_batches(micro: list[tuple[tuple[Any, ...], Any, int]], parts: int) -> list | None:
     """Each (inputs, target, n) into `parts` pieces along the batch dimension; None if impossible."""
-    from torchwise.train.contract import StepContract
+    from torchwise.train.step.contract import StepContract
 
     out = []
     for inputs, target, n in micro:
@@ -213,7 +213,7 @@ def compose_step(core: Any, *, on_oom: str = "raise", accumulate: int = 1, devic
                                  fix="'eager' works everywhere; 'sync_free' and 'cuda_graph' need a fused optimizer.")
         core.sync_free = device_steps != "eager"
         if device_steps == "cuda_graph":
-            from torchwise.train.graphed_step import GraphedStep
+            from torchwise.train.speed.graphed_step import GraphedStep
 
             core.graphed = GraphedStep(core)
         else:

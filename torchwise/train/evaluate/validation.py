@@ -1,6 +1,6 @@
 """Validation: eval mode, inference_mode, metrics streamed batch by batch, and the model put back as it was.
 
-`evaluate()` keeps running sums (train/metrics.py), not the outputs, unless a plain function metric
+`evaluate()` keeps running sums (train/evaluate/streaming_metrics.py), not the outputs, unless a plain function metric
 needs them all; `outputs()` (Trainer.predict) collects the outputs, and works on batches without labels.
 """
 from __future__ import annotations
@@ -11,13 +11,13 @@ import torch
 from torch import nn
 
 from torchwise.train import input_checks as checks
-from torchwise.train.batches import move_to
-from torchwise.train.contract import StepContract, WholeBatch
-from torchwise.train.distributed import DistEnv, gather_objects, max_across, sum_across
-from torchwise.train.metrics import RunningMetrics, is_streaming, streaming_value
-from torchwise.train.precision import Precision
-from torchwise.train.reproducibility import capture_rng_state, restore_rng_state
-from torchwise.train.sharding import is_sharded
+from torchwise.train.step.batches import move_to
+from torchwise.train.step.contract import StepContract, WholeBatch
+from torchwise.train.distributed.process_group import DistEnv, gather_objects, max_across, sum_across
+from torchwise.train.evaluate.streaming_metrics import RunningMetrics, is_streaming, streaming_value
+from torchwise.train.step.precision import Precision
+from torchwise.train.state.reproducibility import capture_rng_state, restore_rng_state
+from torchwise.train.distributed.sharding import is_sharded
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], float]
 
@@ -189,7 +189,7 @@ class Evaluator:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    from torchwise.train.failures import is_oom
+    from torchwise.train.step.failures import is_oom
 
     return is_oom(exc)
 

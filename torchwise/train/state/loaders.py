@@ -25,7 +25,7 @@ from torch.utils.data import TensorDataset, default_collate
 from torch.utils.data.distributed import DistributedSampler
 
 from torchwise.errors import TorchwiseError
-from torchwise.train.reproducibility import derive_seed
+from torchwise.train.state.reproducibility import derive_seed
 
 
 class ResumableBatchSampler(Sampler[list]):

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from torchwise.errors import ConfigError
-from torchwise.train import checkpoint as ckpt
-from torchwise.train import distributed
-from torchwise.train.sharding import is_sharded
+from torchwise.train.state import checkpoint as ckpt
+from torchwise.train.distributed import process_group as distributed
+from torchwise.train.distributed.sharding import is_sharded
 
 
 class TrainerStages:
@@ -95,7 +95,7 @@ class TrainerStages:
         if self.dist.enabled:  # DDP knows the parameters that were trainable when it was built
             self.train_model = distributed.wrap_model(self.model, self.dist, self.device, cfg.strategy)
             if "compile" in self.fast_plan.on:
-                from torchwise.train.fast import compile_model
+                from torchwise.train.speed.fast import compile_model
 
                 self.eager_model, self.train_model = self.train_model, compile_model(self.train_model,
                                                                                      cfg.compile_options)

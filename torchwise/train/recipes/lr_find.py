@@ -14,7 +14,7 @@ it") run for the user, with the three things a hand-written sweep usually gets w
   scheduler state, the gradients, the train/eval mode and every RNG are restored afterwards, so
   `lr_find()` followed by `fit()` trains exactly as `fit()` alone would.
 
-Each sweep step is the Trainer's own step body (`StepRunner.body` in train/step.py: autocast,
+Each sweep step is the Trainer's own step body (`StepRunner.body` in train/step/body.py: autocast,
 GradScaler, accumulation, clipping, the finite check): the curve describes the training that will
 actually run.
 
@@ -150,7 +150,7 @@ class _Snapshot:
     """Everything a sweep changes, captured before and put back after (also on error)."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any):
-        from torchwise.train.reproducibility import capture_rng_state
+        from torchwise.train.state.reproducibility import capture_rng_state
 
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         # Copies on the CPU: state_dict() returns the live tensors, which the sweep is about to change in
@@ -163,7 +163,7 @@ class _Snapshot:
         self.rng = capture_rng_state()
 
     def restore(self) -> None:
-        from torchwise.train.reproducibility import restore_rng_state
+        from torchwise.train.state.reproducibility import restore_rng_state
 
         with torch.no_grad():
             for key, value in self.model.state_dict(keep_vars=True).items():
@@ -308,7 +308,7 @@ def lr_find(
 
     `scheduler` (a torch lr scheduler, optional) has its state restored too. `plot`: a PNG path.
     """
-    from torchwise.train.precision import Precision, choose_device, choose_precision
+    from torchwise.train.step.precision import Precision, choose_device, choose_precision
 
     dev = choose_device(device)
     prec = precision if isinstance(precision, Precision) else choose_precision(precision, dev)
@@ -334,7 +334,7 @@ def run_lr_find(trainer: Any, *, plot: str | Path | None = None, **kwargs: Any) 
 
 
 def _build_loader(data: Any, device: torch.device, batch_size: int, seed: int, num_workers: int | str):
-    from torchwise.train.loaders import build_loader
+    from torchwise.train.state.loaders import build_loader
 
     return build_loader(data, role="train_data", train=True, device=device, batch_size=batch_size, seed=seed,
                         num_workers=num_workers)
@@ -344,7 +344,7 @@ def _micro_batches(loader: Any, device: torch.device, accumulate: int, contract:
                    ) -> Iterator[list]:
     """Endless: epochs follow each other, so a short data set still gives a full sweep. `augment`: the
     Trainer's batch_augment (the sweep must see the inputs training sees)."""
-    from torchwise.train.batches import move_to
+    from torchwise.train.step.batches import move_to
 
     generator = torch.Generator(device=device).manual_seed(0) if augment is not None else None
     epoch = 0
@@ -369,8 +369,8 @@ def _micro_batches(loader: Any, device: torch.device, accumulate: int, contract:
 
 def _run(model, optimizer, loss_fn, loader, precision, device, clip, scheduler, accumulate, settings, plot,
          augment=None):
-    from torchwise.train.contract import StepContract
-    from torchwise.train.step import StepRunner
+    from torchwise.train.step.contract import StepContract
+    from torchwise.train.step.body import StepRunner
 
     _check_args(settings.get("start_lr", 1e-7), settings.get("end_lr", 10.0), settings.get("num_steps", 100),
                 settings.get("smoothing", 0.9), settings.get("diverge", 4.0), settings.get("rule", "steepest"))

@@ -5,7 +5,7 @@
     torchwise eval --checkpoint RUNDIR/checkpoints/step-000000200
 
 Prints a table and writes the numbers as JSON (RUNDIR/eval.json unless --json says otherwise).
-The metric functions are torchwise/run/metrics.py's, which `torchwise train` uses for its report, so
+The metric functions are torchwise/run/scores.py's, which `torchwise train` uses for its report, so
 the report and `eval` always agree.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from torchwise.errors import TorchwiseError
-# the one set of evaluation metrics: the run's report and `eval` use the same (torchwise/run/metrics.py)
-from torchwise.run.metrics import evaluate_outputs, worst_examples
+# the one set of evaluation metrics: the run's report and `eval` use the same (torchwise/run/scores.py)
+from torchwise.run.scores import evaluate_outputs, worst_examples
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

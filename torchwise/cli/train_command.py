@@ -101,7 +101,7 @@ LAUNCH_FLAGS = {"--nproc": 1, "--nnodes": 1, "--node-rank": 1, "--master": 1}
 
 def _launch(args: argparse.Namespace) -> int:
     """Re-run this same command on N processes through torchrun, without the launch flags."""
-    from torchwise.train.distributed import launch
+    from torchwise.train.distributed.process_group import launch
 
     argv, rest = [], list(sys.argv[1:])
     while rest:
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join("# " + line for line in cfg.describe().splitlines()))
         return 0
     from torchwise.run.train_run import train_run
-    from torchwise.train.distributed import leave
+    from torchwise.train.distributed.process_group import leave
 
     succeeded = False
     try:
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
 def _say_how_to_resume(config) -> None:
     """After Ctrl-C: the exact command that continues the run, when it has a checkpoint to continue from."""
     from torchwise.run.resume import resume_command
-    from torchwise.train import checkpoint as ckpt
+    from torchwise.train.state import checkpoint as ckpt
 
     if config.output.dir and os.environ.get("RANK", "0") == "0":
         found = ckpt.list_checkpoints(Path(config.output.dir) / "checkpoints")

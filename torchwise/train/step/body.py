@@ -1,11 +1,11 @@
 """The training step: ONE body (`StepRunner.body`) that every path runs, in the right order, on one screen.
 
-The eager step, the sync-free step, the CUDA-graph capture (train/graphed_step.py), lr-find, the
+The eager step, the sync-free step, the CUDA-graph capture (train/speed/graphed_step.py), lr-find, the
 memory measurement (toolbox/memory.py) and the overfit check (script_check/sanity.py) all run `body`;
 only how its one finite check is read differs: on the host (one sync per step, every optimizer),
 or on the device (a fused optimizer's found_inf: no sync, capturable). The wrappers around it
 (out-of-memory adaptation, the compile fallback, the choice of those paths) are put together in
-one place: train/step_wrappers.py's `compose_step`.
+one place: train/step/step_wrappers.py's `compose_step`.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from torch import nn
 
 from torchwise.errors import TorchwiseError
 from torchwise.train import input_checks as checks
-from torchwise.train.contract import StepContract, WholeBatch
-from torchwise.train.distributed import DistEnv, sum_across
-from torchwise.train.failures import is_compile_failure, is_oom
-from torchwise.train.precision import Precision
-from torchwise.train.sharding import is_sharded
+from torchwise.train.step.contract import StepContract, WholeBatch
+from torchwise.train.distributed.process_group import DistEnv, sum_across
+from torchwise.train.step.failures import is_compile_failure, is_oom
+from torchwise.train.step.precision import Precision
+from torchwise.train.distributed.sharding import is_sharded
 
 OVERFLOW = "fp16 gradient overflow (loss scale lowered)"
 
@@ -46,7 +46,7 @@ class StepRunner:
                  precision: Precision, device: torch.device, clip_grad_norm: float | None,
                  dist_env: DistEnv = DistEnv(), watcher: Any = None):
         self.model, self.optimizer = model, optimizer
-        # how a micro-batch becomes a loss (train/contract.py); a plain loss_fn is the positional form
+        # how a micro-batch becomes a loss (train/step/contract.py); a plain loss_fn is the positional form
         self.contract = loss_fn if isinstance(loss_fn, StepContract) else StepContract(loss_fn, loss_given=True)
         self.loss_fn = self.contract.loss_fn
         self.dist = dist_env
@@ -61,14 +61,14 @@ class StepRunner:
         # fn(output, target) on the first batch, before its loss: the Trainer's check of the labels
         self.check_first_batch: Callable[[Any, Any], None] | None = None
         self.sync_free = False  # fast "sync_free": run_on_device() instead of run_eager()
-        self.graphed: Any = None  # fast "cuda_graph": a train.graphed_step.GraphedStep
+        self.graphed: Any = None  # fast "cuda_graph": a train/speed/graphed_step.py GraphedStep
         # Looked up once: a failed attribute lookup on nn.Module raises inside __getattr__, costly per step.
         self._has_no_sync = hasattr(model, "no_sync")
         self._fsdp = is_sharded(model)
 
     def run(self, micro_batches: list[tuple[tuple[Any, ...], Any, int]], measure_norm: bool) -> StepResult:
         """micro_batches: (inputs, target, n) already on the device; gradients are accumulated over all of them.
-        The path is chosen by `compose_step` (train/step_wrappers.py): graph replay, sync-free or eager."""
+        The path is chosen by `compose_step` (train/step/step_wrappers.py): graph replay, sync-free or eager."""
         if self.graphed is not None:  # fast "cuda_graph": replays the captured body where it can
             return self.graphed.run(micro_batches, measure_norm)
         if self.sync_free:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchwise.train.monitor import BestMetric, Monitor
+from torchwise.train.evaluate.monitor import BestMetric, Monitor
 
 COUNTERS = ("step", "epoch", "batch_in_epoch", "skipped", "consecutive_skipped", "loss_sum", "loss_count",
             "last_grad_norm", "stage", "stage_start_step", "stage_start_epoch", "stage_start_batch")

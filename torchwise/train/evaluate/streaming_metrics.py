@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from torchwise.train.distributed import DistEnv, sum_across
+from torchwise.train.distributed.process_group import DistEnv, sum_across
 
 
 def is_streaming(metric: Any) -> bool:

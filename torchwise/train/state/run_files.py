@@ -22,10 +22,10 @@ import torch
 
 from torchwise.errors import ConfigError, TorchwiseError
 from torchwise import files
-from torchwise.train import checkpoint as ckpt
-from torchwise.train.distributed import barrier, gather_objects, sum_across
-from torchwise.train.reproducibility import capture_rng_state, restore_rng_state, seed_everything
-from torchwise.train.sharding import full_state_dict, is_sharded, load_sharded, save_sharded
+from torchwise.train.state import checkpoint as ckpt
+from torchwise.train.distributed.process_group import barrier, gather_objects, sum_across
+from torchwise.train.state.reproducibility import capture_rng_state, restore_rng_state, seed_everything
+from torchwise.train.distributed.sharding import full_state_dict, is_sharded, load_sharded, save_sharded
 from torchwise.weights import apply_state_dict, model_state_dict, save_state_dict
 
 STATE_FORMAT = 2  # 2: components by name, callbacks under "callbacks"; format 1 checkpoints still load

@@ -1,12 +1,12 @@
 """The training recipes the Trainer offers as settings, wired in one place (a part of the Trainer):
 
-- ema_decay: an exponential moving average of the weights (train/ema.py), updated after every optimizer
+- ema_decay: an exponential moving average of the weights (train/recipes/ema.py), updated after every optimizer
   step that happened, saved in every checkpoint, and the weights that are evaluated, kept as best and
   written as final (so exported) while it is on;
-- mixup / cutmix: training batches mixed on the device (train/mixing.py), seeded per (seed, rank,
+- mixup / cutmix: training batches mixed on the device (train/recipes/mixing.py), seeded per (seed, rank,
   epoch, batch) so that a resumed run mixes the same way; never in validation;
 - gradient_checkpointing: activations recomputed in backward (a Hugging Face model's own switch when
-  it has one, else train/activation_checkpointing.py);
+  it has one, else train/speed/activation_checkpointing.py);
 - backbone_lr_scale: the head at the optimizer's learning rate, the rest at that rate times the scale
   (0 freezes the backbone), from torchwise.models' one rule for what the head is.
 """
@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import torch
 
 from torchwise.errors import ConfigError
-from torchwise.train.reproducibility import derive_seed
+from torchwise.train.state.reproducibility import derive_seed
 
 
 class TrainerRecipes:
@@ -33,11 +33,11 @@ class TrainerRecipes:
                 raise ConfigError("ema_decay does not work with strategy='fsdp' (the average would need every "
                                   "shard's weights).", values={"ema_decay": cfg.ema_decay, "strategy": "fsdp"},
                                   fix="Use strategy='ddp' (or 'auto') with ema_decay, or drop ema_decay.")
-            from torchwise.train.ema import EMA
+            from torchwise.train.recipes.ema import EMA
 
             self.ema = EMA(self.model, cfg.ema_decay)
         if cfg.mixup or cfg.cutmix:
-            from torchwise.train.mixing import BatchMix
+            from torchwise.train.recipes.mixing import BatchMix
 
             self.mix = BatchMix(cfg.mixup, cfg.cutmix)
             self.mix_gen = torch.Generator(device=self.device)
@@ -47,7 +47,7 @@ class TrainerRecipes:
         if callable(getattr(model, "gradient_checkpointing_enable", None)):  # a Hugging Face model's own switch
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             return
-        from torchwise.train.activation_checkpointing import enable_checkpointing
+        from torchwise.train.speed.activation_checkpointing import enable_checkpointing
 
         self.activation_checkpointing = enable_checkpointing(model)
 

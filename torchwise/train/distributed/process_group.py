@@ -87,7 +87,7 @@ def wrap_model(model: torch.nn.Module, env: DistEnv, device: torch.device, strat
     if not env.enabled:
         return model
     if strategy == "fsdp":
-        from torchwise.train.sharding import shard_model
+        from torchwise.train.distributed.sharding import shard_model
 
         return shard_model(model, device)
     from torch.nn.parallel import DistributedDataParallel as DDP

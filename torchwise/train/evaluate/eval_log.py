@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from torchwise.errors import ConfigError, TorchwiseError
-from torchwise.train import checkpoint as ckpt
+from torchwise.train.state import checkpoint as ckpt
 from torchwise.train import input_checks as checks_
-from torchwise.train.distributed import sum_across
+from torchwise.train.distributed.process_group import sum_across
 
 
 class TrainerReporting:
@@ -87,7 +87,7 @@ class TrainerReporting:
         loggers run on the main one only."""
         from torchwise.train.loggers.choice import check_loggers, choose_loggers
         from torchwise.train.loggers.protocol import RunInfo
-        from torchwise.train.metrics_log import BASE_COLUMNS, MetricsLog
+        from torchwise.train.evaluate.metrics_log import BASE_COLUMNS, MetricsLog
 
         cfg = self.config
         check_loggers(cfg.loggers, tensorboard=cfg.tensorboard)

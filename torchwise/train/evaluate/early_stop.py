@@ -1,6 +1,6 @@
 """Early stopping on a monitored validation metric.
 
-Whether an evaluation improves is decided by a `Monitor` (torchwise.train.monitor): the Trainer's own,
+Whether an evaluation improves is decided by a `Monitor` (torchwise.train.evaluate.monitor): the Trainer's own,
 the same one that picks the best weights, once the EarlyStopping is given to a Trainer; standing
 alone, one made from this object's monitor/mode/min_delta.
 """
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from torchwise.errors import ConfigError
-from torchwise.train.monitor import Monitor
+from torchwise.train.evaluate.monitor import Monitor
 
 
 @dataclass

@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchwise.cli import train as train_cmd
+    from torchwise.cli import train_command as train_cmd
     from torchwise.data.digits import write_digits
-    from torchwise.cli.export import export_verify_predict
+    from torchwise.cli.export_command import export_verify_predict
     from torchwise.run.train_run import train_run
 
     out = Path(args.out)

@@ -75,7 +75,7 @@ class InterruptHandling:
             self.stop_for_interrupt()
 
     def stop_for_interrupt(self) -> None:
-        from torchwise.train import checkpoint as ckpt
+        from torchwise.train.state import checkpoint as ckpt
 
         path, out_dir = None, self.config.out_dir
         if out_dir is not None:
@@ -89,7 +89,7 @@ class InterruptHandling:
         raise KeyboardInterrupt
 
     def say_interrupted(self, path: Any) -> None:
-        from torchwise.train import checkpoint as ckpt
+        from torchwise.train.state import checkpoint as ckpt
 
         self.interrupt.handled = True
         if not self.dist.is_main:

@@ -2,7 +2,7 @@
 
 Small and mid-size models are launch-bound on modern GPUs: the host spends a few microseconds on
 each of a step's hundreds of kernel launches while the GPU waits. A CUDA graph launches all of
-them at once. What is captured is the one step body, `StepRunner.body` (train/step.py), run with
+them at once. What is captured is the one step body, `StepRunner.body` (train/step/body.py), run with
 its finite check on the device (`device_body`): forward, backward, clipping, the non-finite flag
 and the fused optimizer's update (skipped on the device for a non-finite step).
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from torchwise.train.step import StepResult, NoWatcher
+from torchwise.train.step.body import StepResult, NoWatcher
 
 WARMUP = 3
 

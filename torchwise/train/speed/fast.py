@@ -13,7 +13,7 @@ at the end. A non-finite loss or gradient skips the update on the device, throug
 optimizer's found_inf (so it needs one; fp16's GradScaler keeps its own sync).
 cuda_graph: the whole sync-free step (forward, backward, clipping, update) is captured once as a
 CUDA graph and replayed; steps it cannot replay (a short last batch, a deep check) run eagerly.
-See train/graphed_step.py.
+See train/speed/graphed_step.py.
 
 bf16 autocast is `precision=` (auto picks it on GPUs that have it).
 """
@@ -28,8 +28,8 @@ from torch import nn
 
 from torchwise.errors import ConfigError
 from torchwise.models.structure import has_convolutions
-from torchwise.train.process_switches import cuda_matmul_tf32
-from torchwise.train.sharding import is_sharded
+from torchwise.train.speed.process_switches import cuda_matmul_tf32
+from torchwise.train.distributed.sharding import is_sharded
 
 PARTS = ("channels_last", "tf32", "fused_optimizer", "compile", "prefetch", "sync_free", "cuda_graph")
 
