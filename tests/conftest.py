@@ -1,7 +1,17 @@
 """Shared fixtures: small REAL data sets written to disk (PNG folders, CSV files) and a helper
-that runs the `torchwise` command in a subprocess, as a user would."""
+that runs the `torchwise` command in a subprocess, as a user would.
+
+The suite has two tiers (`make test` runs both, `make test-fast` only the first):
+
+- tests/unit/: in this process, in seconds; it mirrors the package's layers. A unit test that starts a
+  process (a subprocess, a DataLoader worker, torchrun) fails and says to move it: the tier's speed is
+  a promise the guard below keeps, not a hope.
+- tests/integration/: the command line end to end, torchrun, README, the examples, the checker on whole
+  scripts, kills and resumes.
+"""
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import subprocess
@@ -10,6 +20,64 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent      # the data folders the tests share: programs/, check_zoo/, ...
+REPO_ROOT = TESTS_DIR.parent
+UNIT_DIR = TESTS_DIR / "unit"
+# TORCHWISE_TEST_GUARD_ALL=1 applies the unit tier's guard to every test (to find which ones start processes)
+_GUARD_ALL = os.environ.get("TORCHWISE_TEST_GUARD_ALL") == "1"
+
+
+def _warm_process_caches() -> None:
+    """Python's platform module runs `uname -p` the first time anyone asks for the processor (mlflow and
+    others do) and keeps the answer: asked here once, so that which unit test asks first does not decide
+    which one the guard below fails."""
+    import platform
+
+    platform.processor()
+
+
+_warm_process_caches()
+
+
+class StartedAProcess(AssertionError):
+    """A unit test (or a fixture it set up) started a process."""
+
+
+@contextlib.contextmanager
+def no_processes(nodeid: str):
+    """Within it, starting a subprocess or a multiprocessing worker raises StartedAProcess naming `nodeid`."""
+    import multiprocessing.process
+
+    def refuse(what: str):
+        def start(*args, **kwargs):
+            raise StartedAProcess(f"{nodeid} started {what}: a unit test runs in this process only; "
+                                  "move the test to tests/integration/, or test the same logic in-process")
+        return start
+
+    saved = subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start
+    subprocess.Popen.__init__ = refuse("a subprocess")
+    multiprocessing.process.BaseProcess.start = refuse("a worker process")
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start = saved
+
+
+def is_unit_test(path: Path) -> bool:
+    return _GUARD_ALL or UNIT_DIR in Path(str(path)).resolve().parents
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """In tests/unit, starting a process fails the test with what to do instead. The guard spans the whole
+    protocol, so a module- or session-scoped fixture that a unit test sets up is held to it too."""
+    if not is_unit_test(item.path):
+        yield
+        return
+    with no_processes(item.nodeid):
+        yield
+
 
 CLASS_COLORS = {"red": (200, 40, 40), "green": (40, 180, 60), "blue": (50, 60, 210)}
 

@@ -1,6 +1,5 @@
 """An RNN cell trained with a backward() per time step on a sequence-regression task (the prediction at each step
 is compared with the next value), gradients summed over the sequence and one optimizer step per sequence."""
-import math
 
 import torch
 import torch.nn as nn

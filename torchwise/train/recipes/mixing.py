@@ -18,7 +18,7 @@ takes class indices (class-weighted or focal losses, NLLLoss, a loss of a detect
 meaning as lam * loss(out, a) + (1 - lam) * loss(out, b); soft labels would need num_classes and a loss that
 accepts probabilities. For cross entropy, with or without label smoothing, the two are the same number
 (the loss is linear in the target): `MixedTarget.soft_labels()` gives the (N, C) form when one wants it,
-and tests/test_mixing.py checks it against torchvision's MixUp / CutMix.
+and tests/unit/train/test_mixing.py checks it against torchvision's MixUp / CutMix.
 
 Mixing is for training only: metrics (accuracy) are computed on validation batches, which are never
 mixed, and a check of a batch's labels reads `labels_of(target)` (the unmixed ones).

@@ -1,0 +1,64 @@
+"""Transfer learning from a LOCAL pretrained weights file, for torchvision and timm models.
+
+The files are real state dicts of randomly initialised models with their original 1000-class head
+(what an ImageNet checkpoint looks like); the models are built for the task's classes and must take
+every backbone tensor bit for bit, skip and name the head's, and refuse anything else that does not fit.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from torchwise.models import build_model, model_from_run
+
+pytest.importorskip("timm")
+
+
+def imagenet_file(tmp_path: Path, name: str, kind: str = "safetensors", seed: int = 0) -> tuple[Path, dict]:
+    """(path, state): the state dict of `name` built with a 1000-class head, saved as `kind`."""
+    torch.manual_seed(seed)
+    state = {k: v.clone() for k, v in build_model(name, 1000).state_dict().items()}
+    path = tmp_path / f"{name.replace(':', '_')}-1000.{'safetensors' if kind == 'safetensors' else 'pth'}"
+    if kind == "safetensors":
+        save_file(state, str(path))
+    else:
+        torch.save(state, path)
+    return path, state
+
+
+def write_random_images(root: Path, per_class: int = 20, size: int = 32) -> Path:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("cats", "dogs")):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (size, size, 3)).astype(np.float32) * 0.5 + 100 * c
+            Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB").save(root / name / f"{i:02d}.png")
+    return root
+
+
+def test_fine_tuning_a_timm_model_from_a_local_file_through_the_cli(tmp_path):
+    from conftest import run_cli
+
+    data = write_random_images(tmp_path / "pets")
+    path, state = imagenet_file(tmp_path, "timm:resnet18")
+    run_dir = tmp_path / "run"
+    proc = run_cli("train", "--data", data, "--model", "timm:resnet18", "--weights", path, "--epochs", "1",
+                   "--image-size", "32", "--batch-size", "16", "--out", run_dir,
+                   "--set", "train.threads=1", "--set", "output.report=false", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the head's 2 skipped" in proc.stdout and "fc.weight: file (1000, 512), model (2, 512)" in proc.stdout
+    final = load_file(str(run_dir / "final" / "model.safetensors"))
+    assert final["fc.weight"].shape == (2, 512)
+    assert set(final) == set(state)
+    meta = json.loads((run_dir / "final" / "meta.json").read_text())
+    assert meta["model"]["name"] == "timm:resnet18"
+    model, _ = model_from_run(run_dir)  # the timm model is built again from the run's record
+    assert torch.equal(model.fc.weight, final["fc.weight"])
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 2)
