@@ -1,12 +1,5 @@
-"""The files the data layer and the config write outlive the process: a write that fails half-way (a full
-disk, the file size limit, a crash) leaves the previous file byte for byte, and a write that succeeds
-gives the new content with the mode the umask gives any file.
-
-Each writer: the run's config.yaml (RunConfig.save), split.json (prepare_task), the cached
-normalization statistics (data_stats.json) and the demo digits. The failure is real: a subprocess runs
-the writer under a file size limit (RLIMIT_FSIZE) smaller than the new content, so the operating system
-refuses the write in the middle of the file, as a full disk does.
-"""
+"""The files the data layer and the config write outlive the process, integration half: a process killed or
+failing mid-write leaves the previous file whole. The in-process half is tests/unit/data/test_atomic_writes.py."""
 from __future__ import annotations
 
 import json

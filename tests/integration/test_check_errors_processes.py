@@ -1,4 +1,5 @@
-"""Readable errors: real PyTorch crashes translated into what happened and the fix."""
+"""Readable errors from real processes: DataLoader workers that crash or are killed, spawn without a main guard,
+a taken MASTER_PORT. The in-process translations are tests/unit/diagnose/test_check_errors.py."""
 from __future__ import annotations
 
 import pytest

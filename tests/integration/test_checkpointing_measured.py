@@ -1,4 +1,5 @@
-"""Gradient checkpointing switch: same gradients and BatchNorm statistics, a measured memory saving."""
+"""Gradient checkpointing: the memory saving measured in a fresh process. The in-process checks (same
+gradients and BatchNorm statistics) are tests/unit/train/test_checkpointing.py."""
 
 import torch
 

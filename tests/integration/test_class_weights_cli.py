@@ -1,6 +1,5 @@
-"""Class weights for imbalanced classification: torchwise.class_weights and train.class_weights.
-
-The CLI tests train on a real imbalanced CSV (about 92% / 8%) and a real PNG folder, written to disk."""
+"""Class weights through `torchwise train`: the train split's weights recorded, the rare class found, a
+regression refused. The Python API is tests/unit/train/test_class_weights.py."""
 from __future__ import annotations
 
 import csv

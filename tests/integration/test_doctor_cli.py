@@ -1,4 +1,4 @@
-"""`torchwise doctor` on this machine: real computations, and the right verdicts without a GPU."""
+"""`torchwise doctor --json` through the command line."""
 from __future__ import annotations
 
 import json

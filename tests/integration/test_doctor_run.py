@@ -1,4 +1,5 @@
-"""`torchwise doctor` on this machine: real computations, and the right verdicts without a GPU."""
+"""`torchwise doctor` on this machine: real computations (it starts processes to probe the devices), and the
+right verdicts without a GPU."""
 from __future__ import annotations
 
 

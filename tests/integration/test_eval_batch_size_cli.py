@@ -1,4 +1,4 @@
-"""eval_batch_size: validation, evaluate() and predict() batches of their own size, same results."""
+"""eval_batch_size through `torchwise eval`: the same results at another batch size."""
 from __future__ import annotations
 
 import csv

@@ -1,4 +1,5 @@
-"""The fast path: every switch gives the same training as the plain path (CPU correctness tests)."""
+"""The fast path's switches that start processes (torch.compile's workers, the prefetching loader) train like
+the plain path. The in-process switches are tests/unit/train/test_fast.py."""
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset

@@ -1,5 +1,5 @@
-"""data.cache: decoded, shrunk images in memory or on disk (torchwise/data/image_cache.py), on real
-JPEG/PNG files, with real DataLoader worker processes (fork and spawn) and real CLI runs."""
+"""data.cache with worker processes (fork and spawn) and through `torchwise train`. The in-process cache is
+tests/unit/data/test_image_cache.py."""
 from __future__ import annotations
 
 import json

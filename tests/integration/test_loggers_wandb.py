@@ -1,5 +1,5 @@
-"""The Trainer's loggers for real: a tiny model trained with the real Trainer, and what each logger wrote
-read back with its own tool's reader (MLflow's client, W&B's protobuf records, csv)."""
+"""The W&B logger for real (offline; wandb starts its own service process): the CSV rows and config, and a
+resumed run that continues the same W&B run. The other loggers are tests/unit/train/test_loggers.py."""
 import csv
 import glob
 import struct

@@ -1,4 +1,5 @@
-"""LR finder: the sweep on real models and data, full state restoration, suggestions, plot and CLI."""
+"""`torchwise lr-find`: the plot, the curve and the suggestion applied to the config. The sweep itself is
+tests/unit/train/test_lr_find.py."""
 import json
 
 import pytest

@@ -1,6 +1,5 @@
-"""Memory accounting: optimizer state by type, activations measured with saved-tensor hooks, and the
-estimated peak checked against real training steps measured in a fresh process (CPU: peak RSS) or
-by the CUDA allocator's counters."""
+"""Memory estimates against the peak measured in a fresh process, and `torchwise memory`. The accounting is
+tests/unit/toolbox/test_memory.py."""
 import json
 
 import pytest

@@ -1,5 +1,4 @@
-"""`torchwise predict`: the exported .onnx file alone (onnxruntime + numpy + PIL, no torch) gives
-the same top-1 as PyTorch on the whole digits validation split, for image folders and CSV files."""
+"""`torchwise predict` through the command line: the exported .onnx file alone agrees with PyTorch."""
 from __future__ import annotations
 
 import json

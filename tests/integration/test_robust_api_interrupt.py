@@ -1,8 +1,5 @@
-"""The Trainer's Python API under bad input: every mistake is refused before training with what
-happened, the values and the fix (a TorchwiseError), or does the right thing; Ctrl-C keeps the work.
-
-Generated cases first (wrong types and values for each main argument, data that does not fit the
-model), then the reported ones, each reproduced, then a real SIGINT in a subprocess."""
+"""Ctrl-C in the Trainer's Python API, in a real process: the checkpoint at that step, the resumed run exact,
+a second Ctrl-C that stops at once and corrupts nothing."""
 from __future__ import annotations
 
 import os

@@ -1,9 +1,5 @@
-"""Robustness of the image path (issue 16): every image Pillow opens is read on the right scale, or
-refused with the reason; every folder layout gives the right classes and counts, or a clear error.
-
-Everything here writes real files with Pillow (or by hand, for formats Pillow does not write) and
-reads them back through torchwise's own paths: the folder scan, the per-file dataset path and the
-image cache, which must all decode alike."""
+"""Robustness of the image path through `torchwise train`: a looping folder refused with nothing changed, a
+16-bit folder trained on."""
 from __future__ import annotations
 
 import json

@@ -1,10 +1,5 @@
-"""Never lose a run (issue 16): the run directory and resume, under bad input of every kind.
-
-Each refused command must give torchwise's own error (what, values, fix; no traceback) and leave
-the disk exactly as it was (tree_snapshot before == after); each accepted one must do what it says.
-The CLI runs in this process (torchwise.cli.main.main, the same code `python -m torchwise` runs)
-except where a process limit is the point (RLIMIT_FSIZE), so that the many cases stay cheap.
-"""
+"""Never lose a run, with real processes: a checkpoint write that fails for file size, and Ctrl-C's message
+with the command that continues the run."""
 from __future__ import annotations
 
 import contextlib

@@ -1,9 +1,4 @@
-"""Robustness: numbers read from text as a person means them, CSV files read right or refused clearly,
-configuration values accepted as meant, class splits said, unknown flags answered with the real one.
-
-Every case writes a real file (CSV, YAML, a zip workbook) and reads it with the real reader: a correct
-result (the column kept numeric with the right values, the right rows) or a clear error (what, values,
-fix; no traceback)."""
+"""Robustness of CSV reading through `torchwise train`: thousands separators and decimal commas."""
 from __future__ import annotations
 
 import json

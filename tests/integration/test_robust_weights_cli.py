@@ -1,7 +1,4 @@
-"""Never lose a run: weights and ONNX files that are missing, empty, cut off or something else are
-refused by every entry point with what is wrong (no library traceback, the run left as it was);
-wrapper prefixes are dropped only where a wrapper put them; `predict` predicts every readable
-image of a folder and lists the unreadable ones."""
+"""Never lose a run: `torchwise predict` refuses a truncated ONNX file clearly."""
 from __future__ import annotations
 
 import json

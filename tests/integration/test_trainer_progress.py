@@ -1,4 +1,5 @@
-"""The Trainer on real models and data: each feature of the training loop exercised for real."""
+"""The Trainer's progress output as a user sees it, in a real process: a bar on a terminal, one clean line per
+epoch otherwise."""
 import os
 import subprocess
 import sys

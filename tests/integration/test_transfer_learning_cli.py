@@ -1,9 +1,4 @@
-"""Transfer learning from a LOCAL pretrained weights file, for torchvision and timm models.
-
-The files are real state dicts of randomly initialised models with their original 1000-class head
-(what an ImageNet checkpoint looks like); the models are built for the task's classes and must take
-every backbone tensor bit for bit, skip and name the head's, and refuse anything else that does not fit.
-"""
+"""Transfer learning through `torchwise train`: a timm model fine-tuned from a LOCAL weights file."""
 from __future__ import annotations
 
 import json

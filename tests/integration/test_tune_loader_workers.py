@@ -1,4 +1,4 @@
-"""tune_loader measures worker counts on the real data set and picks the fastest."""
+"""tune_loader measures worker counts (real worker processes) on the real data set and picks the fastest."""
 import time
 
 import torch
