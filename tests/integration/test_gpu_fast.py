@@ -54,7 +54,7 @@ def close(a, b, rtol=1e-4):
 def test_cuda_graph_replays_the_whole_step_and_trains_like_sync_free_eager():
     _, eager, _ = run(["sync_free"])
     trainer, graphed, _ = run(["cuda_graph"])
-    steps = trainer._step_core.graphed
+    steps = trainer.setup.step_core.graphed
     assert steps.failure is None and steps.replays == len(graphed) - 3  # three warm-up steps, then replays
     close(graphed, eager)
 
@@ -63,7 +63,7 @@ def test_a_short_last_batch_runs_eagerly_and_the_schedule_reaches_the_replays():
     data = images(100)  # 6 full batches and one of 4 per epoch
     _, eager, _ = run(["sync_free"], data, scheduler="cosine")
     trainer, graphed, _ = run(["cuda_graph"], data, scheduler="cosine")
-    steps = trainer._step_core.graphed
+    steps = trainer.setup.step_core.graphed
     assert steps.replays == len(graphed) - 3 - 2, steps.eager_why
     close(graphed, eager)
 
@@ -72,7 +72,7 @@ def test_onecycle_momentum_cycling_runs_eagerly_with_the_same_trajectory():
     # OneCycleLR moves Adam's beta1 each step; the fused kernel takes betas as numbers fixed at capture
     _, eager, _ = run(["sync_free"], scheduler="onecycle")
     trainer, graphed, _ = run(["cuda_graph"], scheduler="onecycle")
-    steps = trainer._step_core.graphed
+    steps = trainer.setup.step_core.graphed
     assert steps.graph is not None and steps.replays <= 1, steps.eager_why
     assert any("momentum" in why for why in steps.eager_why)
     close(graphed, eager)
@@ -82,14 +82,14 @@ def test_a_non_finite_batch_is_skipped_inside_the_graph():
     data = images(poisoned=(70, 85))  # inf inputs: most of their steps come after the warm-up
     _, eager, r1 = run(["sync_free"], data, num_workers=0)
     trainer, graphed, r2 = run(["cuda_graph"], data, num_workers=0)
-    assert r1.skipped_steps == r2.skipped_steps >= 2 and trainer._step_core.graphed.replays > 0
+    assert r1.skipped_steps == r2.skipped_steps >= 2 and trainer.setup.step_core.graphed.replays > 0
     close(graphed, eager)
 
 
 def test_bf16_checks_and_prefetch_work_with_graphs():
     trainer, graphed, result = run(["cuda_graph", "prefetch"], model=conv_net(softmax=True), precision="bf16",
                                    checks=True)
-    assert trainer._step_core.graphed.failure is None and trainer._step_core.graphed.replays > 0
+    assert trainer.setup.step_core.graphed.failure is None and trainer.setup.step_core.graphed.replays > 0
     assert "softmax-before-loss" in {f["id"] for f in result.findings}
 
 

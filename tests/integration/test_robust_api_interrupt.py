@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import torch
     torch.set_num_threads(1)
-    sys.path[:0] = [sys.argv[1], sys.argv[2]]
+    sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[4]]  # the repo, tests/integration, tests (conftest)
     from test_robust_api_interrupt import build
     from torchwise import files
 
@@ -82,7 +82,8 @@ def interrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("interrupted")
     script = root / "train_and_interrupt.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), str(ROOT), str(TESTS_DIR / "integration"), str(root)],
+    proc = subprocess.run([sys.executable, str(script), str(ROOT), str(TESTS_DIR / "integration"), str(root),
+                           str(TESTS_DIR)],
                           env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -17,6 +17,9 @@ from torch import nn
 
 from torchwise.errors import ConfigError, TorchwiseError
 
+# What the Trainer's optimizer= takes: an optimizer, a factory called with the parameters (or groups), or None
+OptimizerArg = torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None
+
 # Direction of the metrics whose name says it: a monitor without a mode gets the right one.
 LOWER_IS_BETTER = ("loss", "mae", "mse", "rmse", "error", "err", "perplexity", "nll")
 HIGHER_IS_BETTER = ("acc", "accuracy", "top5", "top1", "f1", "auc", "precision", "recall", "iou", "dice", "r2",
@@ -428,3 +431,31 @@ def resolve_judge(monitor: str | None, mode: str | None, min_delta: float | None
             "Give min_delta once (Trainer(min_delta=...) or EarlyStopping(min_delta=...)).")
     delta = min_delta if min_delta is not None else es_delta
     return Monitor(name, direction, float(delta or 0.0))
+
+
+def check_step_arguments(model: nn.Module, optimizer: Any, loss: Any, compute_loss: Any, strategy: str) -> None:
+    """The Trainer's optimizer, loss and compute_loss arguments, before anything is built from them."""
+    check_optimizer_arg(optimizer, model)
+    require(loss is None or callable(loss), "loss must be callable(output, target) -> tensor.",
+            {"loss": type(loss).__name__}, "Pass e.g. nn.CrossEntropyLoss() or F.mse_loss.")
+    require(strategy != "fsdp" or not isinstance(optimizer, torch.optim.Optimizer),
+            "With strategy='fsdp' the optimizer must be built after the model is sharded.",
+            {"optimizer": type(optimizer).__name__},
+            "Pass a factory: optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3).")
+    require(compute_loss is None or callable(compute_loss), "compute_loss must be callable(model, batch).",
+            {"compute_loss": type(compute_loss).__name__},
+            "Pass a function: compute_loss=lambda model, batch: F.cross_entropy(model(batch['x']), batch['y']).")
+
+
+def apply_batch_fn(fn: Callable[..., Any], x: Any, name: str, *args: Any) -> torch.Tensor:
+    """batch_augment / batch_eval on a batch's first input, its result checked (one row per sample)."""
+    if not isinstance(x, torch.Tensor):
+        raise TorchwiseError(f"{name} needs the batch's first input to be a tensor.", values={"input": type(x).__name__},
+                             fix=f"Make the data set return (image tensor, label), or drop {name}.")
+    out = fn(x, *args)
+    if not isinstance(out, torch.Tensor) or out.shape[:1] != x.shape[:1]:
+        raise TorchwiseError(f"{name} must return a tensor with one row per sample.",
+                             values={"input shape": tuple(x.shape),
+                                     "returned": tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__},
+                             fix="Return the transformed batch, e.g. BatchAugment(size=...)(images, generator).")
+    return out

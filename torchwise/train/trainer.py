@@ -3,14 +3,14 @@
 The loop itself is `fit()`; one optimizer step is `StepRunner.run` (step/body.py); validation is
 `Evaluator` (evaluate/validation.py), its rows and the best weights evaluate/eval_log.py; the settings are
 one typed tree (settings.py); the set-up that waits for fit() is setup.py; checkpoints are
-state/run_files.py (what) and state/checkpoint.py (how); Ctrl-C is state/interrupt.py. This module wires
-them together (docs/ARCHITECTURE.md maps the rooms).
+state/run_files.py (what) and state/checkpoint.py (how); Ctrl-C is state/interrupt.py. The Trainer owns
+those parts as objects (composition: it has no base classes) and wires them together here
+(docs/ARCHITECTURE.md maps the rooms).
 """
 from __future__ import annotations
 
 import itertools
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,28 +19,34 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
-from torchwise.errors import ConfigError, TorchwiseError, TrainingStopped
+from torchwise.errors import ConfigError, TrainingStopped
 from torchwise.train.distributed import process_group as distributed
 from torchwise.train import input_checks as checks_
 from torchwise.train.step.batches import move_to
-from torchwise.train.step.contract import StepContract
-from torchwise.train.distributed.process_group import DistEnv, barrier, gather_objects
-from torchwise.train.evaluate.eval_log import TrainerReporting
+from torchwise.train.step.contract import StepContract, regression_loss
+from torchwise.train.step.precision import Precision
+from torchwise.train.step.step_wrappers import CompileFallback, OOMGuard
+from torchwise.train.distributed.process_group import DistEnv, barrier, gather_objects, interleave
+from torchwise.train.evaluate.eval_log import EvalReporter
+from torchwise.train.evaluate.metrics_log import MetricsLog
 from torchwise.train.evaluate.validation import MetricFn
 from torchwise.train.events import EVENTS, Events, Handle
+from torchwise.train.recipes.ema import EMA
+from torchwise.train.recipes.schedule import Schedule
 from torchwise.train.speed.fast import FastPlan, to_channels_last
-from torchwise.train.state.interrupt import InterruptGuard, InterruptHandling
+from torchwise.train.speed.profiling import StepProfiler
+from torchwise.train.state.interrupt import InterruptHandler
+from torchwise.train.state.loaders import TrainLoader
 from torchwise.train.state.loop_state import Position
 from torchwise.train.evaluate.monitor import BestMetric
 from torchwise.train.speed.prefetch import Prefetcher
 from torchwise.train.speed.process_switches import ProcessSwitches
 from torchwise.train.progress import Progress
-from torchwise.train.state.reproducibility import derive_seed
 from torchwise.train.state.run_files import RunFiles, has_state
 from torchwise.train.settings import ALIASES, FLAT, TrainerConfig, build_config
-from torchwise.train.recipes.trainer_recipes import TrainerRecipes
-from torchwise.train.setup import TrainerSetup, apply_batch_fn
-from torchwise.train.recipes.stages import TrainerStages
+from torchwise.train.recipes.trainer_recipes import TrainingRecipes
+from torchwise.train.setup import RunSetup
+from torchwise.train.recipes.stages import Stages
 
 
 @dataclass
@@ -58,7 +64,7 @@ class FitResult:
     findings: list[dict[str, Any]] = field(default_factory=list)  # torchwise check's findings on this run
 
 
-class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, InterruptHandling):
+class Trainer:
     """Trainer(model, optimizer, loss, train_data, val_data, *, config=None, metrics=None, callbacks=(),
     compute_loss=None, **settings): `settings` are the fields of TrainerConfig by name (epochs=3, ...).
 
@@ -69,12 +75,17 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
 
     A callback is an object with methods named on_<event> (on_step_end(trainer=..., step=..., ...));
     one that also has state_dict()/load_state_dict() is saved in every checkpoint and restored on resume.
+
+    The parts it owns, each seeing it through a Protocol of what it reads: `setup` (RunSetup: the run's
+    parts, built when fit() starts), `recipes` (TrainingRecipes), `reporter` (EvalReporter: the rows of
+    the evaluations), `stages` (Stages: fit() called again), `interrupts` (InterruptHandler: Ctrl-C) and
+    `files` (RunFiles: checkpoints). The parts' attributes the public API names are properties below.
     """
 
     def __init__(
         self,
         model: nn.Module,
-        optimizer: torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        optimizer: checks_.OptimizerArg = None,
         loss: Callable[..., torch.Tensor] | None = None,
         train_data: Any = None,
         val_data: Any = None,
@@ -91,10 +102,10 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         train_data = checks_.as_data(train_data, "train_data")
         val_data = checks_.as_data(val_data, "val_data", required=False)
         self.config = cfg = build_config(config, settings)
-        _check_step_arguments(model, optimizer, loss, compute_loss, cfg)
+        checks_.check_step_arguments(model, optimizer, loss, compute_loss, cfg.strategy)
         self.model, self.optimizer_arg = model, optimizer
         self.loss_fn = loss if loss is not None else (
-            nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing) if cfg.task == "classification" else _mse)
+            nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing) if cfg.task == "classification" else regression_loss)
         # how a batch becomes a loss: loss_fn(model(*inputs), target), a model's own loss, or compute_loss
         self.contract = StepContract(self.loss_fn, loss_given=loss is not None, compute_loss=compute_loss)
         self.contract.model_for_keys = model
@@ -115,29 +126,20 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         self.best = BestMetric(self.judge)
         self.pos = Position(best=self.best)
         self.events = Events()
+        self.device_arg: str | torch.device = cfg.device  # under torchrun: the rank's own device, known in fit()
+        self.dist = DistEnv()  # joined in fit(): see setup.py for what must wait for it
+        self.profile_steps = 5 if cfg.profile is True else int(cfg.profile)
+        self.profiler: StepProfiler | None = None
+        self.progress: Progress | None = None  # the progress line of the fit() call running
+        self.stop_requested = self.stream_ended = False
         self.files = RunFiles(self)  # checkpoints, best and final weights; the components come in setup_run
+        self.recipes = TrainingRecipes(self)
+        self.setup = RunSetup(self)
+        self.reporter = EvalReporter(self)
+        self.stages = Stages(self)
+        self.interrupts = InterruptHandler(self)
         for callback in callbacks:
             self.add_callback(callback)
-        self.device_arg = cfg.device  # under torchrun: the rank's own device, known once the group is joined
-        self.dist = DistEnv()  # joined in fit(): see setup.py for what must wait for it
-        self.interrupt = InterruptGuard(enabled=False)
-        self.interrupt_hint: str | None = None  # printed on Ctrl-C instead of the Python resume hint (the CLI's)
-        self.interrupted_checkpoint: Path | None = None  # the checkpoint written when fit() was interrupted
-        self.profile_steps = 5 if cfg.profile is True else int(cfg.profile)
-        self._unset_run_parts()
-
-    def _unset_run_parts(self) -> None:
-        """Made by setup_run() when fit() starts (setup.py says why they wait for it); None until then."""
-        self.fast_plan = FastPlan()  # the real plan is made in fit(), once the device is known
-        self.optimizer = self.schedule = self.train_model = self.step_core = self.step_runner = None
-        self.train_loader = self.val_loader = self.total_steps = self.epochs_planned = None
-        self.profiler = self.watcher = self.evaluator = self.shape_guard = self.eager_model = self.progress = None
-        self.ema = self.mix = None  # the recipes (train/recipes/trainer_recipes.py), when their settings are on
-        self.setup_done = self.stop_requested = self.stream_ended = False
-        self.stages_started = 0  # fit() calls so far (train/recipes/stages.py)
-        self.peeked, self.peeked_for_stage = None, -1  # the resume checkpoint's stage, read once per fit() call
-        self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
-        self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
 
     def __getattr__(self, name: str) -> Any:
         """A setting by its flat name (trainer.batch_size, trainer.max_epochs): read from self.config."""
@@ -146,9 +148,77 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
             return getattr(config, name)
         raise AttributeError(f"'Trainer' object has no attribute {name!r}")
 
+    # ------------------------------------------------------------------ the parts' attributes the API names
     @property
-    def _step_core(self):  # the name the tests of the fast plan read
-        return self.step_core
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return self.setup.optimizer
+
+    @property
+    def train_model(self) -> nn.Module | None:
+        """The model as trained: wrapped for DDP, compiled (None until fit())."""
+        return self.setup.train_model
+
+    @property
+    def fast_plan(self) -> FastPlan:
+        return self.setup.fast_plan
+
+    @property
+    def device(self) -> torch.device | str:
+        """The run's device once chosen (by fit, evaluate, predict or lr_find); before that, the setting."""
+        return self.setup.device if self.setup.device is not None else self.config.device
+
+    @property
+    def precision(self) -> Precision | str:
+        """The run's precision once chosen (as the device); before that, the setting."""
+        return self.setup.precision if self.setup.precision is not None else self.config.precision
+
+    @property
+    def train_loader(self) -> TrainLoader | None:
+        return self.setup.train_loader
+
+    @property
+    def schedule(self) -> Schedule | None:
+        return self.setup.schedule
+
+    @property
+    def step_runner(self) -> OOMGuard | CompileFallback | None:
+        return self.setup.step_runner
+
+    @step_runner.setter
+    def step_runner(self, step: OOMGuard | CompileFallback) -> None:  # toolbox.oom.install may wrap it
+        self.setup.step_runner = step
+
+    @property
+    def total_steps(self) -> int | None:
+        return self.setup.total_steps
+
+    @property
+    def epochs_planned(self) -> int | None:
+        return self.setup.epochs_planned
+
+    @property
+    def determinism_note(self) -> str:
+        return self.setup.determinism_note
+
+    @property
+    def cudnn_benchmark_off(self) -> str | None:
+        return self.setup.cudnn_benchmark_off
+
+    @property
+    def ema(self) -> EMA | None:
+        return self.recipes.ema
+
+    @property
+    def interrupted_checkpoint(self) -> Path | None:
+        return self.interrupts.checkpoint
+
+    @property
+    def interrupt_hint(self) -> str | None:
+        return self.interrupts.hint
+
+    @interrupt_hint.setter
+    def interrupt_hint(self, hint: str | None) -> None:
+        self.interrupts.hint = hint
 
     # ------------------------------------------------------------------ public API
     def on(self, event: str, fn: Callable[..., Any]) -> Handle:
@@ -180,35 +250,35 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         """Ask fit() to stop after the current step (from a callback)."""
         self.stop_requested = True
 
-    def fit(self, *, optimizer: Any = None, **settings: Any) -> FitResult:
+    def fit(self, *, optimizer: checks_.OptimizerArg = None, **settings: Any) -> FitResult:
         """Train; the process-wide torch switches the run turns are put back when it returns or raises.
         Called again, fit() is the run's next stage (train/recipes/stages.py): `settings` (epochs=, max_steps=, ...)
         and `optimizer` apply from it on, and the step count, logs and checkpoints go on."""
-        stage = self.begin_stage(optimizer, settings)
-        done = self.stage_done_before(stage)
+        stage = self.stages.begin(optimizer, settings)
+        done = self.stages.done_before(stage)
         if done is not None:  # resuming a staged script: this stage ended before the checkpoint was made
             return FitResult([], None, None, self.judge.name, 0, 0, 0, False, None, resumed_from=done)
         switches = ProcessSwitches.capture()
-        self.interrupt = InterruptGuard(enabled=not distributed.env_from_torchrun().enabled)
+        guard = self.interrupts.arm(enabled=not distributed.env_from_torchrun().enabled)
         try:
-            with self.interrupt:
+            with guard:
                 return self._fit(stage)
         except KeyboardInterrupt:
-            if not self.interrupt.handled:  # stopped at once: no checkpoint of this moment
-                self.say_interrupted(None)
+            if not guard.handled:  # stopped at once: no checkpoint of this moment
+                self.interrupts.say_interrupted(None)
             raise
         finally:
             switches.restore()
 
     def _fit(self, stage: int) -> FitResult:
         # The loop on one screen: the order of steps, evaluations and saves reads at once
-        self.place_stage(stage)
-        resumed_from = self.setup_next_stage() if self.setup_done else self.setup_run()
-        pos = self.pos
+        self.stages.place(stage)
+        resumed_from = self.setup.setup_next_stage() if self.setup.done else self.setup.setup_run()
+        pos, guard, reporter = self.pos, self.interrupts.guard, self.reporter
         self.progress = progress = Progress(self.config.progress if self.dist.is_main else False,
                                             pos.stage_start_step + self.total_steps)
-        log = self.metrics_log(resumed_from is not None or stage > 0)
-        progress.message(self.start_message(resumed_from))
+        log = reporter.metrics_log(resumed_from is not None or stage > 0)
+        progress.message(reporter.start_message(resumed_from))
         progress.start(pos.step)
         self.files.write_config()
         self.events.emit("fit_start", trainer=self)
@@ -216,20 +286,20 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         start_time = time.perf_counter()
         stopped_early = False
         eval_every = self.config.eval_every
-        self.interrupt.deferring = self.interrupt.active
+        guard.deferring = guard.active
         try:
             while not self._finished():
-                self.safe_point()
+                self.interrupts.safe_point()
                 self.events.emit("epoch_start", trainer=self, epoch=pos.epoch)
                 batches = self._epoch_batches(pos.epoch, pos.batch_in_epoch)
                 while not self._finished(within_epoch=True):
-                    self.safe_point()  # between optimizer steps: where a checkpoint is whole
+                    self.interrupts.safe_point()  # between optimizer steps: where a checkpoint is whole
                     micro = self._next_micro_batches(batches)
                     if not micro:
                         break
                     self._one_step(micro, progress, log)
                     if eval_every and pos.step % eval_every == 0:
-                        stopped_early |= self.evaluate_and_log(log, progress, start_time)
+                        stopped_early |= reporter.evaluate_and_log(log, progress, start_time)
                     self.files.save_if_due()
                     if stopped_early or self.stop_requested:
                         break
@@ -237,40 +307,32 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
                     stopped_early |= self._end_epoch(log, progress, start_time)
                 if stopped_early or self.stop_requested:
                     break
-            self.safe_point()
+            self.interrupts.safe_point()
             if self.val_data is not None and (not pos.history or pos.history[-1]["step"] != pos.step):
-                self.evaluate_and_log(log, progress, start_time)  # the final weights are always evaluated
+                reporter.evaluate_and_log(log, progress, start_time)  # the final weights are always evaluated
         except BaseException:
-            if self.watcher is not None:  # its patches (DataLoader.__iter__) must not outlive the run
-                self.watcher.detach()
+            if self.setup.watcher is not None:  # its patches (DataLoader.__iter__) must not outlive the run
+                self.setup.watcher.detach()
             raise
         finally:
             if self.profiler is not None:
                 self.profiler.close()
             progress.close()
             log.close()
-        return self._finish_fit(progress, stopped_early, resumed_from)
+        return self._finish_fit(stopped_early, resumed_from)
 
     def _start_profiler(self) -> None:
         if self.profile_steps and self.dist.is_main:
-            from torchwise.train.speed.profiling import StepProfiler
-
             self.profiler = StepProfiler(self.profile_steps, self.device, self.config.out_dir)
 
-    def _finish_fit(self, progress: Progress, stopped_early: bool, resumed_from: Path | None) -> FitResult:
+    def _finish_fit(self, stopped_early: bool, resumed_from: Path | None) -> FitResult:
         """After the loop: the final weights, a Ctrl-C that came meanwhile, the checker's findings, the result."""
         pos = self.pos
         final_path = self.files.finish()
-        self.interrupt.deferring = False
-        if self.interrupt.pending:  # Ctrl-C during the final evaluation or while the final weights were written
-            self.interrupt.handled = True
-            if self.watcher is not None:
-                self.watcher.detach()
-            if self.dist.is_main:
-                print(f"torchwise: interrupted after training finished (step {pos.step}); the final weights are "
-                      + (f"in {final_path}" if final_path else "in the model (no out_dir)"), file=sys.stderr, flush=True)
-            raise KeyboardInterrupt
-        findings = self.report_findings(progress)
+        if self.interrupts.guard.pending and self.setup.watcher is not None:
+            self.setup.watcher.detach()
+        self.interrupts.after_finish(final_path)  # raises KeyboardInterrupt on a Ctrl-C meanwhile
+        findings = self.setup.report_findings()
         barrier(self.dist)
         result = FitResult(
             history=list(pos.history), best_metric=None if math.isnan(self.best.value) else self.best.value,
@@ -282,25 +344,26 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
 
     def evaluate(self, data: Any = None) -> dict[str, float]:
         """Metrics on `data` (default: val_data), in eval mode under inference_mode."""
-        self.setup_basics()
+        self.setup.setup_basics()
         data = self.val_data if data is None else checks_.as_data(data, "data")
-        loader = self.eval_loader(data)
-        return self.evaluator.evaluate(self.guarded(loader, data, "data"), num_batches=loader.batches_per_epoch())
+        loader = self.setup.eval_loader(data)
+        return self.setup.evaluator.evaluate(self.reporter.guarded(loader, data, "data"),
+                                             num_batches=loader.batches_per_epoch())
 
     def predict(self, data: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Model outputs and targets for `data`, concatenated on the CPU, in data order. Batches may carry
         no labels (a tensor, or (x,)): the targets are None then."""
-        self.setup_basics()
+        self.setup.setup_basics()
         data = self.val_data if data is None else checks_.as_data(data, "data")
-        loader = self.eval_loader(data)
-        outs, targets, _, _ = self.evaluator.outputs(self.guarded(loader, data, "data"), loader.batches_per_epoch(),
-                                                     labels_optional=True)
+        loader = self.setup.eval_loader(data)
+        outs, targets, _, _ = self.setup.evaluator.outputs(self.reporter.guarded(loader, data, "data"),
+                                                           loader.batches_per_epoch(), labels_optional=True)
         output = torch.cat(outs) if outs else torch.empty(0)
         target = torch.cat(targets) if targets and all(isinstance(t, torch.Tensor) for t in targets) else None
         if self.dist.enabled:  # rank r holds samples r, r + world, ...: interleave them back into data order
             parts = gather_objects((output, target), self.dist)
-            output = _interleave([p[0] for p in parts])
-            target = None if any(p[1] is None for p in parts) else _interleave([p[1] for p in parts])
+            output = interleave([p[0] for p in parts])
+            target = None if any(p[1] is None for p in parts) else interleave([p[1] for p in parts])
         return output, target
 
     # ------------------------------------------------------------------ the loop's pieces
@@ -322,14 +385,12 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         inputs, target = contract.parts(move_to(batch, self.device, self.device.type == "cuda"))
         n = contract.size(inputs, target)
         augment = self.config.batch_augment
-        if augment is not None and contract.positional(inputs):
-            # Seeded from (seed, rank, epoch, batch): a resumed run draws the same crops and flips.
-            self.augment_gen.manual_seed(derive_seed(self.config.seed, self.dist.rank, epoch, index, 0xA6))
-            inputs = (apply_batch_fn(augment, inputs[0], "batch_augment", self.augment_gen), *inputs[1:])
-        if self.mix is not None and contract.positional(inputs):  # MixUp / CutMix: training batches only
-            inputs, target = self.mix_batch(inputs, target, epoch, index)
-        if "channels_last" in self.fast_plan.on and contract.positional(inputs):
-            inputs = to_channels_last(inputs)
+        if contract.positional(inputs):  # batch_augment, then MixUp / CutMix: training batches only
+            if augment is not None:
+                inputs = self.recipes.augment_batch(augment, inputs, epoch, index)
+            inputs, target = self.recipes.mix_batch(inputs, target, epoch, index)
+            if "channels_last" in self.fast_plan.on:
+                inputs = to_channels_last(inputs)
         return inputs, target, n
 
     def _epoch_done(self) -> bool:
@@ -348,31 +409,31 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
                 self.stream_ended = True
                 break
             except Exception:
-                if self.interrupt.pending:  # e.g. the loader's workers got the Ctrl-C too and died
+                if self.interrupts.guard.pending:  # e.g. the loader's workers got the Ctrl-C too and died
                     self.pos.batch_in_epoch = at  # nothing of this step has happened: the last safe point
-                    self.stop_for_interrupt()
+                    self.interrupts.stop()
                 raise
             self.pos.batch_in_epoch += 1
-        self.timing["data_s"] += time.perf_counter() - start
+        self.reporter.timing["data_s"] += time.perf_counter() - start
         return micro
 
-    def _one_step(self, micro: list, progress: Progress, log: Any) -> None:
-        pos = self.pos
+    def _one_step(self, micro: list, progress: Progress, log: MetricsLog) -> None:
+        pos, timing = self.pos, self.reporter.timing
         measure_norm = (pos.step + 1) % self.config.log_every == 0
-        if self.shape_guard is not None:
-            self._watch_shapes(micro, progress)
+        if self.setup.shape_guard is not None:
+            self.setup.watch_shapes(micro, progress)
         start = time.perf_counter()
         # loss.item() inside: the device is done when this returns
         result = self.step_runner.run(micro, measure_norm=measure_norm)
-        self.timing["compute_s"] += time.perf_counter() - start
-        self.timing["samples"] += result.samples
+        timing["compute_s"] += time.perf_counter() - start
+        timing["samples"] += result.samples
         if self.profiler is not None and self.profiler.step():
             where = f" (trace: {self.profiler.trace})" if self.profiler.trace else ""
             progress.message(f"torchwise: profile of {self.profile_steps} steps after warm-up{where}\n"
                              f"{self.profiler.table}")
             self.profiler = None
         pos.step += 1
-        self.step_core.watcher.end_step(stepped=result.skipped is None, nonfinite_loss=result.loss_not_finite,
+        self.setup.step_core.watcher.end_step(stepped=result.skipped is None, nonfinite_loss=result.loss_not_finite,
                                         loss=result.loss)
         lr = self.optimizer.param_groups[0]["lr"]
         if result.skipped:
@@ -381,7 +442,7 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
             pos.consecutive_skipped = 0
             pos.loss_sum += result.loss * result.samples
             pos.loss_count += result.samples
-            self.after_optimizer_step()  # the EMA of the weights, when on
+            self.recipes.after_optimizer_step()  # the EMA of the weights, when on
             if self.schedule is not None:
                 self.schedule.after_optimizer_step()  # never after a skipped step
         progress.step(result.loss, lr)
@@ -410,19 +471,10 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
                     "nan/inf, or use precision='bf16'/'fp32' instead of fp16. `torchwise check` finds the "
                     "first layer whose output goes non-finite.")
 
-    def _watch_shapes(self, micro: list, progress: Progress) -> None:
-        for inputs, _, _ in micro:
-            why = self.shape_guard.see(inputs)
-            if why:
-                torch.backends.cudnn.benchmark = False  # fit() restores the process' own setting on return
-                self.shape_guard, self.cudnn_benchmark_off = None, why
-                progress.message(f"torchwise: {why}.")
-                return
-
-    def _end_epoch(self, log: Any, progress: Progress, start_time: float) -> bool:
+    def _end_epoch(self, log: MetricsLog, progress: Progress, start_time: float) -> bool:
         stop = False
         if not self.config.eval_every:
-            stop = self.evaluate_and_log(log, progress, start_time)
+            stop = self.reporter.evaluate_and_log(log, progress, start_time)
         if self.schedule is not None:
             self.schedule.after_epoch()
         self.events.emit("epoch_end", trainer=self, epoch=self.pos.epoch)
@@ -440,40 +492,6 @@ class Trainer(TrainerSetup, TrainerReporting, TrainerRecipes, TrainerStages, Int
         return self.pos.epoch >= self.epochs_planned
 
 
-def _check_step_arguments(model: nn.Module, optimizer: Any, loss: Any, compute_loss: Any, cfg: TrainerConfig) -> None:
-    checks_.check_optimizer_arg(optimizer, model)
-    _require(loss is None or callable(loss), "loss must be callable(output, target) -> tensor.",
-             {"loss": type(loss).__name__}, "Pass e.g. nn.CrossEntropyLoss() or F.mse_loss.")
-    _require(cfg.strategy != "fsdp" or not isinstance(optimizer, torch.optim.Optimizer),
-             "With strategy='fsdp' the optimizer must be built after the model is sharded.",
-             {"optimizer": type(optimizer).__name__},
-             "Pass a factory: optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3).")
-    _require(compute_loss is None or callable(compute_loss), "compute_loss must be callable(model, batch).",
-             {"compute_loss": type(compute_loss).__name__},
-             "Pass a function: compute_loss=lambda model, batch: F.cross_entropy(model(batch['x']), batch['y']).")
-
-
 def _require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
     if not ok:
         raise ConfigError(what, values=values, fix=fix)
-
-
-def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    # Regression targets usually come as [N] while a one-output model gives [N, 1]; without the reshape
-    # mse_loss broadcasts to [N, N] and trains on nonsense (a classic silent bug).
-    if output.shape != target.shape and output.numel() == target.numel():
-        output = output.reshape(target.shape)
-    if output.shape != target.shape:  # mse_loss would broadcast the two and train on nonsense
-        raise TorchwiseError("The regression targets do not have the shape of the model's outputs.",
-                             values={"outputs": checks_.describe(output), "targets": checks_.describe(target)},
-                             fix="Give the model one output per target value (e.g. nn.Linear(..., 1) for one target "
-                                 "per sample), or reshape the targets to the outputs' shape.")
-    return nn.functional.mse_loss(output, target.to(output.dtype))
-
-
-def _interleave(shards: list[torch.Tensor]) -> torch.Tensor:
-    total = sum(len(s) for s in shards)
-    out = torch.empty((total, *shards[0].shape[1:]), dtype=shards[0].dtype)
-    for rank, shard in enumerate(shards):
-        out[rank::len(shards)] = shard
-    return out

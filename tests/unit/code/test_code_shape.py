@@ -1,7 +1,8 @@
 """The package's code keeps the shape issue 17 set: no file over 500 lines, no function over 60 lines
 without a comment saying why it is long, and no module reading another object's private attributes;
 and no module file name used twice across the package's folders (`__init__.py` aside), so a file's name
-alone says which file it is.
+alone says which file it is; and no class built from several of the package's own classes (mixins spread
+one object over files: the parts are objects it owns instead, as the Trainer's are).
 
 "Private" means a leading-underscore name that torchwise itself defines (an attribute it assigns, a
 function, method or class attribute it defines): reading one from outside its object couples two modules
@@ -116,6 +117,59 @@ def repeated_module_names(root: Path = ROOT) -> dict[str, list[str]]:
     return {name: paths for name, paths in where.items() if len(paths) > 1}
 
 
+def _package_names(tree: ast.Module, package: str) -> tuple[set[str], set[str]]:
+    """(names bound to the package's classes or functions, names bound to the package's modules) in one
+    module: its own top-level classes, and what it imports from the package (relative imports included)."""
+    names = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == package):
+            for alias in node.names:  # `from pkg import mod` or `from pkg.mod import Class`: both the package's
+                names.add(alias.asname or alias.name)
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == package:
+                    modules.add(alias.asname or alias.name.split(".")[0])
+    return names, modules
+
+
+def _is_package_base(base: ast.expr, names: set[str], modules: set[str]) -> bool:
+    if isinstance(base, ast.Subscript):  # Generic[T], a package class with parameters
+        base = base.value
+    if isinstance(base, ast.Name):
+        return base.id in names
+    if isinstance(base, ast.Attribute):  # mod.Class, pkg.mod.Class: resolved through the outermost name
+        root = base
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and root.id in modules
+    return False
+
+
+def several_package_bases(root: Path = ROOT) -> dict[str, int]:
+    """'torchwise/x.py:Class' -> how many of its bases are the package's own classes, for each class with more
+    than one (bases resolved by name through the module's imports; torch's, typing's, the standard
+    library's and other packages' classes do not count)."""
+    found = {}
+    for path in python_files(root):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names, modules = _package_names(tree, root.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                count = sum(_is_package_base(base, names, modules) for base in node.bases)
+                if count > 1:
+                    found[f"{path.relative_to(root.parent)}:{node.name}"] = count
+    return found
+
+
+# Classes made of several of the package's classes (mixins spreading one object over files), each with why
+# it is still one; the test fails on any other and on a listed one that no longer is (so the list only shrinks).
+KNOWN_MIXINS: dict[str, str] = {
+    "torchwise/diagnose/watch.py:Watcher": "the checker's watcher: composition is its own change",
+}
+
+
 def _check(found: set[str], known: set[str], what: str, fix: str) -> None:
     new = sorted(found - known)
     gone = sorted(known - found)
@@ -140,6 +194,12 @@ def test_no_module_reads_another_objects_private_attributes():
            "make it public (no underscore) on its owner, or ask the owner through a method")
 
 
+def test_no_class_has_several_package_bases():
+    _check(set(several_package_bases()), set(KNOWN_MIXINS), "classes with more than one base class from torchwise",
+           "compose instead: make each part an object the class owns, seeing it through a narrow Protocol "
+           "(train/state/run_files.py's RunView; the Trainer's parts in train/trainer.py)")
+
+
 def test_no_module_file_name_repeats_across_folders():
     repeated = repeated_module_names()
     assert not repeated, "module file names used in more than one folder:\n" + "\n".join(
@@ -161,7 +221,11 @@ def test_the_shape_checks_can_fail(tmp_path):
         (pkg / folder / "__init__.py").write_text("")
         (pkg / folder / "names.py").write_text("")
     (pkg / "a" / "big.py").write_text("")
+    (pkg / "mixins.py").write_text(
+        "import torchwise.owner as o\nfrom torch import nn\nfrom typing import Generic\nfrom .owner import A\n"
+        "class B: pass\nclass C(A, B): pass\nclass D(A, nn.Module, Generic): pass\nclass E(o.A, B[int]): pass\n")
     assert long_files(pkg) == {"torchwise/big.py"}
+    assert several_package_bases(pkg) == {"torchwise/mixins.py:C": 2, "torchwise/mixins.py:E": 2}
     assert list(long_functions(pkg)) == ["torchwise/fns.py:long_one"]
     assert repeated_module_names(pkg) == {"big.py": ["torchwise/a/big.py", "torchwise/big.py"],
                                           "names.py": ["torchwise/a/names.py", "torchwise/b/names.py"]}

@@ -187,7 +187,7 @@ def _trajectory(fast, optimizer=None, data=None, **kwargs):
 def test_sync_free_steps_train_like_the_classic_step(kwargs):
     _, classic, _, w1 = _trajectory(["fused_optimizer"], **kwargs)
     trainer, sync_free, _, w2 = _trajectory(["sync_free"], **kwargs)
-    assert trainer._step_core.sync_free and trainer.optimizer.defaults["fused"] is True
+    assert trainer.setup.step_core.sync_free and trainer.optimizer.defaults["fused"] is True
     torch.testing.assert_close(torch.tensor(sync_free), torch.tensor(classic), rtol=1e-6, atol=1e-7)
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6)
@@ -223,10 +223,10 @@ def test_sync_free_skips_non_finite_updates_on_the_device_like_the_classic_step(
 
 def test_sync_free_needs_a_fused_optimizer_and_says_so():
     trainer, _, _, _ = _trajectory(["sync_free"], lambda params: torch.optim.SGD(params, lr=0.1))
-    assert not trainer._step_core.sync_free
+    assert not trainer.setup.step_core.sync_free
     assert "needs a fused optimizer" in trainer.fast_plan.why_off["sync_free"]
     trainer, _, _, _ = _trajectory(["sync_free"], lambda params: torch.optim.SGD(params, lr=0.1, fused=True))
-    assert trainer._step_core.sync_free  # SGD's fused kernel reads found_inf too
+    assert trainer.setup.step_core.sync_free  # SGD's fused kernel reads found_inf too
 
 
 def test_a_factory_with_a_fused_keyword_lets_the_fast_plan_choose():
@@ -237,6 +237,6 @@ def test_a_factory_with_a_fused_keyword_lets_the_fast_plan_choose():
         return torch.optim.AdamW(params, lr=1e-3, fused=fused or None)
 
     trainer, _ = losses(["fused_optimizer", "sync_free"], factory)
-    assert seen == {"fused": True} and "fused_optimizer" in trainer.fast_plan.on and trainer._step_core.sync_free
+    assert seen == {"fused": True} and "fused_optimizer" in trainer.fast_plan.on and trainer.setup.step_core.sync_free
     trainer, _ = losses("off", factory)
     assert seen == {"fused": False} and trainer.optimizer.defaults["fused"] is None

@@ -168,3 +168,12 @@ def launch(module_args: list[str], *, nproc: int, nnodes: int = 1, node_rank: in
                              fix="Read the first traceback above (the failing rank). Checkpoints on disk are "
                                  "complete; rerun with --resume to continue.") from None
     return 0
+
+
+def interleave(shards: list[torch.Tensor]) -> torch.Tensor:
+    """Rank r's shard holds samples r, r + world, ...: the shards interleaved back into data order."""
+    total = sum(len(s) for s in shards)
+    out = torch.empty((total, *shards[0].shape[1:]), dtype=shards[0].dtype)
+    for rank, shard in enumerate(shards):
+        out[rank::len(shards)] = shard
+    return out

@@ -322,9 +322,9 @@ def lr_find(
 def run_lr_find(trainer: Any, *, plot: str | Path | None = None, **kwargs: Any) -> LRFindResult:
     """`Trainer.lr_find()`: the sweep with the Trainer's own model, optimizer, loss, data, batch size,
     accumulation, precision, device and clipping. The Trainer is left as it was (fit() may follow)."""
-    trainer.setup_basics()
-    optimizer = getattr(trainer, "optimizer", None) or trainer.build_optimizer()
-    schedule = getattr(trainer, "schedule", None)
+    trainer.setup.setup_basics()
+    optimizer = trainer.optimizer or trainer.setup.build_optimizer()
+    schedule = trainer.schedule
     loader = _build_loader(trainer.train_data, trainer.device, trainer.batch_size, trainer.seed, trainer.num_workers)
     if plot is None and getattr(trainer, "out_dir", None) is not None:
         plot = Path(trainer.out_dir) / "lr_find.png"

@@ -1,4 +1,5 @@
-"""fit() called again on the same Trainer: staged training (a part of the Trainer).
+"""fit() called again on the same Trainer: staged training. `Stages` is a part the Trainer owns
+(trainer.stages); it sees the Trainer only through `StagesView`.
 
 The classic fine-tuning recipe trains the new head with the backbone frozen, then unfreezes it and
 trains everything at a lower learning rate. Each fit() call is a stage:
@@ -22,58 +23,83 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
-from torchwise.errors import ConfigError
+from torchwise.train import input_checks as checks_
 from torchwise.train.state import checkpoint as ckpt
 from torchwise.train.distributed import process_group as distributed
-from torchwise.train.distributed.sharding import is_sharded
+from torchwise.train.distributed.process_group import DistEnv
+from torchwise.train.settings import TrainerConfig
+from torchwise.train.state.loop_state import Position
 
 
-class TrainerStages:
-    def begin_stage(self, optimizer: Any, settings: dict[str, Any]) -> int:
+class SetupDone(Protocol):
+    done: bool  # the run's parts were built by an earlier fit() call in this process
+
+
+class StagesView(Protocol):
+    """What Stages reads of the Trainer (all public). A stage's settings, its optimizer and the stop request
+    are the Trainer's own: Stages sets them when a fit() call begins."""
+    config: TrainerConfig
+    optimizer_arg: checks_.OptimizerArg
+    stop_requested: bool
+    model: nn.Module
+    dist: DistEnv
+    pos: Position
+    setup: SetupDone
+
+
+class Stages:
+    def __init__(self, run: StagesView):
+        self.run = run
+        self.started = 0  # fit() calls so far
+        # the resume checkpoint's (path, position), read once per fit() call (for the call `peeked_for` counts)
+        self.peeked: tuple[Path, dict[str, Any]] | None = None
+        self.peeked_for = -1
+
+    def begin(self, optimizer: Any, settings: dict[str, Any]) -> int:
         """The stage this fit() call is (0 for the first); its settings and optimizer are taken."""
+        run = self.run
         if settings:
-            self.config = self.config.replace(**settings)
+            run.config = run.config.replace(**settings)
         if optimizer is not None:
-            from torchwise.train import input_checks as checks_
-
-            checks_.check_optimizer_arg(optimizer, self.model)
-            self.optimizer_arg = optimizer
-        stage, self.stages_started = self.stages_started, self.stages_started + 1
-        self.stop_requested = False  # a request_stop() ended the stage before, not this one
+            checks_.check_optimizer_arg(optimizer, run.model)
+            run.optimizer_arg = optimizer
+        stage, self.started = self.started, self.started + 1
+        run.stop_requested = False  # a request_stop() ended the stage before, not this one
         return stage
 
     def checkpoint_stage(self) -> tuple[Path, dict[str, Any]] | None:
         """(path, position) of the checkpoint resume=True would continue from, or None. Read once per
-        fit() call (stage_done_before and place_stage both ask)."""
-        cfg = self.config
-        if not cfg.resume or cfg.out_dir is None or self.setup_done:
+        fit() call (done_before and place both ask)."""
+        cfg = self.run.config
+        if not cfg.resume or cfg.out_dir is None or self.run.setup.done:
             return None
-        if self.peeked_for_stage == self.stages_started:
+        if self.peeked_for == self.started:
             return self.peeked
         found = ckpt.find_resume_checkpoint(cfg.resume, cfg.out_dir, warn=None)
         if found is None:
             return None
         state = torch.load(found / "state.pt", map_location="cpu", weights_only=True)
-        self.peeked, self.peeked_for_stage = (found, state.get("position") or {}), self.stages_started
+        self.peeked, self.peeked_for = (found, state.get("position") or {}), self.started
         return self.peeked
 
-    def stage_done_before(self, stage: int) -> Path | None:
+    def done_before(self, stage: int) -> Path | None:
         """The checkpoint that is past `stage` (which then needs no training), or None."""
         found = self.checkpoint_stage()
         if found is None or int(found[1].get("stage", 0)) <= stage:
             return None
-        if self.dist.is_main or not distributed.env_from_torchrun().enabled:
+        if self.run.dist.is_main or not distributed.env_from_torchrun().enabled:
             print(f"torchwise: stage {stage} of this run is done ({found[0].name} is of stage "
                   f"{found[1].get('stage')}): skipped", file=sys.stderr)
         return found[0]
 
-    def place_stage(self, stage: int) -> None:
+    def place(self, stage: int) -> None:
         """Where the stage begins: here and now, or, resuming inside it, where the checkpoint says."""
-        pos = self.pos
+        pos = self.run.pos
         found = self.checkpoint_stage()
         if found is not None and int(found[1].get("stage", 0)) == stage:
             position = found[1]
@@ -83,26 +109,3 @@ class TrainerStages:
         else:
             pos.stage_start_step, pos.stage_start_epoch, pos.stage_start_batch = pos.step, pos.epoch, pos.batch_in_epoch
         pos.stage = stage
-
-    def setup_next_stage(self) -> None:
-        """A stage after one that ran in this process: its own optimizer, schedule, watch and step."""
-        cfg = self.config
-        if cfg.strategy == "fsdp" or is_sharded(self.model):
-            raise ConfigError("fit() again (a new stage) does not work with strategy='fsdp'.",
-                              values={"strategy": cfg.strategy},
-                              fix="Use strategy='ddp', or a new Trainer for the next stage (initialised from this "
-                                  "run's weights).")
-        if self.dist.enabled:  # DDP knows the parameters that were trainable when it was built
-            self.train_model = distributed.wrap_model(self.model, self.dist, self.device, cfg.strategy)
-            if "compile" in self.fast_plan.on:
-                from torchwise.train.speed.fast import compile_model
-
-                self.eager_model, self.train_model = self.train_model, compile_model(self.train_model,
-                                                                                     cfg.compile_options)
-        self.optimizer = self.build_optimizer() if not isinstance(self.optimizer_arg, torch.optim.Optimizer) \
-            else self.optimizer_arg
-        if cfg.early_stopping is not None:
-            cfg.early_stopping.bad_evaluations = 0  # patience counts within a stage
-        self.build_stage_parts()
-        self.model.train()
-        self.register_state()

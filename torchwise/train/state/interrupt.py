@@ -18,7 +18,14 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
+
+from torchwise.train.distributed.process_group import DistEnv
+from torchwise.train.settings import TrainerConfig
+from torchwise.train.state import checkpoint as ckpt
+from torchwise.train.state.loop_state import Position
+from torchwise.train.state.run_files import RunFiles
 
 
 class InterruptGuard:
@@ -64,40 +71,72 @@ class InterruptGuard:
               "(press Ctrl-C again to stop at once).", file=sys.stderr, flush=True)
 
 
-class InterruptHandling:
-    """The Trainer's side of Ctrl-C (a mixin: its methods are the Trainer's own): the safe points of the
-    loop, the checkpoint written there and the resume hint."""
+class InterruptView(Protocol):
+    """What InterruptHandler reads of the Trainer (all public)."""
+    config: TrainerConfig
+    pos: Position
+    files: RunFiles
+    dist: DistEnv
+
+
+class InterruptHandler:
+    """The Trainer's side of Ctrl-C (trainer.interrupts): the guard of the current fit() call, the safe points
+    of the loop, the checkpoint written there and the resume hint."""
+
+    def __init__(self, run: InterruptView):
+        self.run = run
+        self.guard = InterruptGuard(enabled=False)  # fit() arms a new one for each call
+        self.hint: str | None = None  # printed on Ctrl-C instead of the Python resume hint (the CLI's)
+        self.checkpoint: Path | None = None  # the checkpoint written when fit() was interrupted
+
+    def arm(self, enabled: bool) -> InterruptGuard:
+        """A new guard for this fit() call (entered by fit(); not under torchrun)."""
+        self.guard = InterruptGuard(enabled=enabled)
+        return self.guard
 
     def safe_point(self) -> None:
         """Between optimizer steps, after the step's evaluation and checkpoint: the state a checkpoint
         taken now holds is exactly the state a resumed run continues from."""
-        if self.interrupt.pending:
-            self.stop_for_interrupt()
+        if self.guard.pending:
+            self.stop()
 
-    def stop_for_interrupt(self) -> None:
-        from torchwise.train.state import checkpoint as ckpt
-
-        path, out_dir = None, self.config.out_dir
+    def stop(self) -> None:
+        """Save at this safe point (with out_dir, unless a checkpoint of this step exists), say how to
+        resume, and raise KeyboardInterrupt."""
+        run = self.run
+        path, out_dir = None, run.config.out_dir
         if out_dir is not None:
-            path = out_dir / "checkpoints" / ckpt.checkpoint_name(self.pos.step)
+            path = out_dir / "checkpoints" / ckpt.checkpoint_name(run.pos.step)
             if not ckpt.is_complete(path):  # not saved at this step already (checkpoint_every, epoch end)
-                print(f"torchwise: saving a checkpoint at step {self.pos.step} ...", file=sys.stderr, flush=True)
-                self.files.save_checkpoint()
-        self.interrupted_checkpoint = path
+                print(f"torchwise: saving a checkpoint at step {run.pos.step} ...", file=sys.stderr, flush=True)
+                run.files.save_checkpoint()
+        self.checkpoint = path
         self.say_interrupted(path)
-        self.interrupt.deferring = False
+        self.guard.deferring = False
         raise KeyboardInterrupt
 
-    def say_interrupted(self, path: Any) -> None:
-        from torchwise.train.state import checkpoint as ckpt
-
-        self.interrupt.handled = True
-        if not self.dist.is_main:
+    def after_finish(self, final_path: Path | None) -> None:
+        """After the final weights: a Ctrl-C that came during the final evaluation or while they were
+        written ends the call with KeyboardInterrupt (the run is complete, nothing more is saved)."""
+        self.guard.deferring = False
+        if not self.guard.pending:
             return
-        step, out_dir = self.pos.step, self.config.out_dir
+        self.guard.handled = True
+        if self.run.dist.is_main:
+            print(f"torchwise: interrupted after training finished (step {self.run.pos.step}); the final weights "
+                  "are " + (f"in {final_path}" if final_path else "in the model (no out_dir)"), file=sys.stderr,
+                  flush=True)
+        raise KeyboardInterrupt
+
+    def say_interrupted(self, path: Path | None) -> None:
+        self.guard.handled = True
+        run = self.run
+        if not run.dist.is_main:
+            return
+        step, out_dir = run.pos.step, run.config.out_dir
         if path is not None:
-            hint = self.interrupt_hint or (f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit() with the "
-                                           "same arguments continues exactly where it stopped")
+            hint = self.hint or (f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit() with the "
+                                 "same arguments continues exactly where it stopped")
             print(f"torchwise: interrupted at step {step}; checkpoint saved: {path}\n"
                   f"torchwise: to resume: {hint}", file=sys.stderr, flush=True)
         elif out_dir is None:
@@ -106,6 +145,6 @@ class InterruptHandling:
         else:
             latest = ckpt.list_checkpoints(out_dir / "checkpoints")
             where = f"the latest complete checkpoint is {latest[-1]}" if latest else "no checkpoint was written yet"
-            hint = self.interrupt_hint or f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit()"
+            hint = self.hint or f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit()"
             print(f"torchwise: interrupted at step {step} before a checkpoint of it could be written; {where}"
                   + (f"\ntorchwise: to resume from it: {hint}" if latest else ""), file=sys.stderr, flush=True)

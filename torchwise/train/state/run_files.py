@@ -16,13 +16,14 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ContextManager, Protocol
 
 import torch
 
 from torchwise.errors import ConfigError, TorchwiseError
 from torchwise import files
 from torchwise.train.state import checkpoint as ckpt
+from torchwise.train.recipes.ema import EMA
 from torchwise.train.distributed.process_group import barrier, gather_objects, sum_across
 from torchwise.train.state.reproducibility import capture_rng_state, restore_rng_state, seed_everything
 from torchwise.train.distributed.sharding import full_state_dict, is_sharded, load_sharded, save_sharded
@@ -35,6 +36,13 @@ CONFIG_FILE = "trainer_config.json"
 class Stateful(Protocol):
     def state_dict(self) -> Any: ...
     def load_state_dict(self, state: Any) -> None: ...
+
+
+class WeightAveraging(Protocol):
+    """The EMA of the weights as the run's files see it (train/recipes/trainer_recipes.py's TrainingRecipes)."""
+    ema: EMA | None        # None when ema_decay is off
+
+    def ema_weights(self) -> ContextManager[None]: ...  # the EMA's weights in the model (nothing when it is off)
 
 
 class RunView(Protocol):
@@ -51,9 +59,7 @@ class RunView(Protocol):
     train_loader: Any
     total_steps: int
     schedule: Any
-    ema: Any               # the EMA of the weights, or None
-
-    def ema_weights(self) -> Any: ...  # a context: the EMA's weights in the model (nothing when it is off)
+    recipes: WeightAveraging
 
 
 def has_state(obj: Any) -> bool:
@@ -274,10 +280,10 @@ class RunFiles:
         last = int(found[-1].name[len(ckpt.PREFIX):]) if found else -1
         if sum_across([float(last != run.pos.step)], run.dist, run.device)[0]:
             self.save_checkpoint()  # so that resume=True on a finished run finds it finished
-        with run.ema_weights():  # with an EMA of the weights on, the final (and exported) weights are the average
+        with run.recipes.ema_weights():  # with an EMA of the weights on, the final (and exported) weights are the average
             weights = self.full_weights()
-        if run.ema is not None and not self._restore_best:  # the model in memory is what final/ holds
-            run.ema.copy_to(run.model)
+        if run.recipes.ema is not None and not self._restore_best:  # the model in memory is what final/ holds
+            run.recipes.ema.copy_to(run.model)
         if not run.dist.is_main:
             return self.out_dir / "final" / "model.safetensors"
         meta = dict(run.config.metadata)

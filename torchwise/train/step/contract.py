@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from torchwise.errors import TorchwiseError
+from torchwise.train.input_checks import describe
 from torchwise.train.step.batches import batch_size_of, samples_in, split_batch, split_inputs_only
 from torchwise.train.recipes.mixing import labels_of, mixed_loss
 from torchwise.weights import unwrap_model
@@ -158,3 +159,17 @@ class StepContract:
                 return output[1], output[2]
             return None, None
         return logits_of(output), labels_of(target)
+
+
+def regression_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The loss of a regression task when none is given: mean squared error, the shapes checked."""
+    # Regression targets usually come as [N] while a one-output model gives [N, 1]; without the reshape
+    # mse_loss broadcasts to [N, N] and trains on nonsense (a classic silent bug).
+    if output.shape != target.shape and output.numel() == target.numel():
+        output = output.reshape(target.shape)
+    if output.shape != target.shape:  # mse_loss would broadcast the two and train on nonsense
+        raise TorchwiseError("The regression targets do not have the shape of the model's outputs.",
+                             values={"outputs": describe(output), "targets": describe(target)},
+                             fix="Give the model one output per target value (e.g. nn.Linear(..., 1) for one target "
+                                 "per sample), or reshape the targets to the outputs' shape.")
+    return nn.functional.mse_loss(output, target.to(output.dtype))
