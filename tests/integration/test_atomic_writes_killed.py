@@ -15,6 +15,7 @@ from torchwise import config as cfg
 from torchwise.data import stats, tasks
 from conftest import REPO_ROOT
 
+
 ROOT = REPO_ROOT
 # Far longer than any of these writes takes; only a hang reaches it.
 TIMEOUT_S = 180

@@ -12,6 +12,7 @@ import sys
 import pytest
 from conftest import REPO_ROOT
 
+
 ROOT = REPO_ROOT
 WORKLOADS = ("resnet", "mlp", "gpt")
 # contenders that run anywhere; each must come back with a number on a CPU

@@ -7,6 +7,7 @@ import sys
 import pytest
 from conftest import REPO_ROOT
 
+
 BENCH = REPO_ROOT / "bench"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from conftest import TESTS_DIR
 
+
 ZOO = TESTS_DIR / "check_zoo"
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import TESTS_DIR
 
+
 pytestmark = pytest.mark.slow  # 12 subprocesses, each importing torch and a framework: minutes, not seconds
 
 HERE = TESTS_DIR / "check_frameworks"

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import run_checked_quietly
 
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SCRIPT = """

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+
 TIMEOUT = 420  # generous: the CI machine is shared, and each run imports torch twice at most
 
 BASE = '''

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+
 TRAIN = """
 import warnings
 import torch

@@ -6,32 +6,19 @@ import csv
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from conftest import run_cli
+from testkit.imbalanced_data import make_imbalanced_csv
 
 
 # ----------------------------------------------------------------------------- the CLI on real data
 
 
-def _write_imbalanced_csv(path: Path) -> Path:
-    """300 rows, 25 'fraud' (8%) and 275 'ok'; fraud rows have a larger x1, with overlap."""
-    rng = np.random.default_rng(0)
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["x1", "x2", "label"])
-        for i in range(300):
-            rare = i % 12 == 0
-            writer.writerow([round(rng.normal(1.2 if rare else 0.0, 1.0), 4), round(rng.normal(0, 1), 4),
-                             "fraud" if rare else "ok"])
-    return path
-
-
 @pytest.fixture(scope="module")
 def imbalanced_csv(tmp_path_factory) -> Path:
-    return _write_imbalanced_csv(tmp_path_factory.mktemp("csv") / "transactions.csv")
+    return make_imbalanced_csv(tmp_path_factory)
 
 
 def _train_counts(csv_path: Path, run_dir: Path, class_names: list[str]) -> list[int]:
@@ -99,5 +86,3 @@ def test_cli_class_weights_on_a_regression_is_a_config_error(regression_csv, tmp
                    "--set", "train.class_weights=inverse")
     assert proc.returncode == 2, proc.stderr
     assert "allowed: 'none' | 'balanced'" in proc.stderr
-
-

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT, run_cli
 
+
 ROOT = REPO_ROOT
 
 

@@ -17,6 +17,7 @@ ROOT = REPO_ROOT
 sys.path.insert(0, str(ROOT / "corpus"))
 import run_corpus  # noqa: E402
 
+
 ZOO = ROOT / "tests" / "check_zoo"
 
 

@@ -27,5 +27,3 @@ def test_doctor_json_cli(tmp_path):
     assert checks["dataloader"]["status"] == "ok" and checks["dataloader"]["details"]["startup_s"] < 30
     assert data["environment"]["torch"] == torch.__version__
     assert data["environment"]["torch_cuda"] == torch.version.cuda
-
-

@@ -9,6 +9,7 @@ import torch
 from torchwise.env import cuda_info
 from torchwise.env.doctor import WARNING, format_report, run_doctor
 
+
 NO_GPU = not torch.cuda.is_available()
 
 

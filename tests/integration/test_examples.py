@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from conftest import REPO_ROOT, TESTS_DIR
 
+
 ROOT = REPO_ROOT
 RUNNER = TESTS_DIR / "programs" / "example_run.py"
 EXAMPLES = ROOT / "examples"

@@ -2,30 +2,9 @@
 the plain path. The in-process switches are tests/unit/train/test_fast.py."""
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
 
 import torchwise
-
-
-def images(n=96):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 3, 8, 8, generator=g)
-    return TensorDataset(x, (x.mean(dim=(1, 2, 3)) > 0).long())
-
-
-def conv_net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(8 * 8 * 8, 2))
-
-
-def losses(fast, optimizer=None, **kwargs):
-    seen = []
-    trainer = torchwise.Trainer(conv_net(), optimizer, train_data=images(), max_epochs=2, batch_size=16,
-                                progress=False, checks=False, fast=fast, **kwargs)
-    trainer.on("step_end", lambda loss, **_: seen.append(loss))
-    trainer.fit()
-    return trainer, seen
+from testkit.trainer_runs import images, losses
 
 
 def test_compile_trains_like_eager():
@@ -67,5 +46,3 @@ def test_prefetch_trains_exactly_like_the_plain_path_and_resumes_exactly(tmp_pat
     _weights_after(["prefetch"], 1, tmp_path)  # stopped after epoch 1, then resumed to epoch 2
     trainer, resumed = _weights_after(["prefetch"], 2, tmp_path, resume=True)
     assert all(torch.equal(plain[k], resumed[k]) for k in plain)
-
-

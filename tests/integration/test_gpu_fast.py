@@ -10,6 +10,7 @@ from torch.utils.data import TensorDataset
 
 import torchwise
 
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 

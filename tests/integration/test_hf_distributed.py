@@ -9,6 +9,7 @@ import pytest
 from torchwise.train.distributed.process_group import free_port
 from conftest import TESTS_DIR
 
+
 PROGRAM = TESTS_DIR / "programs" / "hf_ddp_eval.py"
 
 

@@ -2,6 +2,7 @@
 import subprocess
 import sys
 
+
 HEAVY = ("torch", "torchvision", "matplotlib", "onnx", "onnxruntime", "optuna", "tensorboard", "sklearn")
 
 

@@ -1,45 +1,11 @@
 """The W&B logger for real (offline; wandb starts its own service process): the CSV rows and config, and a
 resumed run that continues the same W&B run. The other loggers are tests/unit/train/test_loggers.py."""
-import csv
 import glob
 import struct
 
 import pytest
-import torch
-from torch import nn
-from torch.utils.data import TensorDataset
 
-from torchwise import Trainer
-
-
-def data(n=64, seed=0):
-    x = torch.randn(n, 4, generator=torch.Generator().manual_seed(seed))
-    return TensorDataset(x, (x[:, 0] > 0).long())
-
-
-def trainer(out_dir, loggers, epochs=2, **settings):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), train_data=data(), val_data=data(seed=1),
-                   epochs=epochs, batch_size=16, out_dir=out_dir, loggers=loggers, progress=False, checks=False,
-                   **settings)
-
-
-def csv_rows(run_dir):
-    with open(run_dir / "metrics.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
-def csv_numbers(row):
-    """The cells that hold numbers, as numbers (the step apart)."""
-    out = {}
-    for key, value in row.items():
-        try:
-            out[key] = float(value)
-        except ValueError:
-            continue
-    out.pop("step", None)
-    return out
+from testkit.logger_runs import csv_numbers, csv_rows, trainer
 
 
 @pytest.fixture
@@ -106,5 +72,3 @@ def test_wandb_offline_run_holds_the_csv_rows_and_config_and_resumes_the_same_ru
         logged = history[int(row["step"])]
         for key, value in csv_numbers(row).items():
             assert logged[key] == pytest.approx(value, rel=1e-5), (key, row["step"])
-
-

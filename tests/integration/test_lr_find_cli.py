@@ -22,5 +22,3 @@ def test_cli_lr_find_writes_plot_curve_and_applies_to_the_config(image_folder, t
     saved = yaml.safe_load(config.read_text())
     assert saved["train"]["lr"] == pytest.approx(curve["suggested_lr"], rel=1e-2)
     assert saved["train"]["batch_size"] == 16 and saved["data"]["path"] == str(image_folder)
-
-

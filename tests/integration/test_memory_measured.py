@@ -4,38 +4,13 @@ import json
 
 import pytest
 import torch
-from torch import nn
 
 from torchwise.toolbox.memory import memory_estimate, optimizer_cost
 
-from testkit.models import BlockNet
+from testkit.models import BlockNet, ConvNet, WideMLP
 
 
 # Test models live at module level: the measuring process unpickles them by name.
-class ConvNet(nn.Module):
-    """Activation-heavy: the memory is the feature maps."""
-
-    def __init__(self):
-        super().__init__()
-        self.f = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-                               nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-                               nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                               nn.Linear(64, 10))
-
-    def forward(self, x):
-        return self.f(x)
-
-
-class WideMLP(nn.Module):
-    """Weight-heavy: parameters, gradients and Adam's two buffers dominate."""
-
-    def __init__(self, d=256, h=1536):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, h), nn.GELU(), nn.Linear(h, h), nn.GELU(),
-                                 nn.Linear(h, 10))
-
-    def forward(self, x):
-        return self.net(x)
 
 
 CASES = [  # (model factory, one sample, batch, optimizer, precisions)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 from conftest import REPO_ROOT
 
+
 ROOT = REPO_ROOT
 README = (ROOT / "README.md").read_text()
 

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from conftest import TESTS_DIR
 
+
 SCRIPT = TESTS_DIR / "programs" / "resume_run.py"
 TOTAL_STEPS = 3 * 75  # 3 epochs of 1200 samples in batches of 16
 

@@ -16,14 +16,9 @@ from torch.utils.data import TensorDataset
 import torchwise
 from conftest import REPO_ROOT, TESTS_DIR
 
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = REPO_ROOT
-
-
-# ---------------------------------------------------------------- wrong types and values, refused at construction
-
-
-# ---------------------------------------------------------------- case 2: several inputs per sample
 
 
 # ---------------------------------------------------------------- case 4: Ctrl-C keeps the work

@@ -10,6 +10,7 @@ import numpy as np
 from PIL import Image
 
 from conftest import assert_clear_cli_error, run_cli, tree_snapshot
+from testkit.image_folders import _classes
 
 
 # ----------------------------------------------------------------------------- writers
@@ -19,19 +20,6 @@ from conftest import assert_clear_cli_error, run_cli, tree_snapshot
 
 
 # ----------------------------------------------------------------------------- folders
-
-
-def _img(path: Path, value: int = 100, mode: str = "RGB") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new(mode, (8, 8), (value, value, value) if mode == "RGB" else value).save(path)
-    return path
-
-
-def _classes(root: Path, per_class: int = 3, names=("cat", "dog")) -> Path:
-    for c, name in enumerate(names):
-        for i in range(per_class):
-            _img(root / name / f"{i}.png", 40 + 80 * c + i)
-    return root
 
 
 def _link(link: Path, target: Path | str) -> None:

@@ -15,6 +15,7 @@ from torchwise import Trainer
 from torchwise.errors import TorchwiseError
 from conftest import REPO_ROOT, TESTS_DIR
 
+
 PROGRAM = TESTS_DIR / "programs" / "staged_run.py"
 QUIET = dict(progress=False, checks=False, tensorboard=False)
 

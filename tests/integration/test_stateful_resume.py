@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 from conftest import TESTS_DIR
 
+
 SCRIPT = TESTS_DIR / "programs" / "ema_run.py"
 TOTAL_STEPS = 3 * 20  # 3 epochs of 320 samples in batches of 16
 

@@ -57,5 +57,3 @@ def test_progress_bar_with_loss_and_lr_on_a_terminal(tmp_path):
     text = b"".join(chunks).decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, text
     assert "\r" in text and "12/12" in text and "loss=" in text and "lr=" in text
-
-

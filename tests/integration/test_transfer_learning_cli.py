@@ -7,23 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from torchwise.models import build_model, model_from_run
+from torchwise.models import model_from_run
+from testkit.pretrained_files import imagenet_file
+
 
 pytest.importorskip("timm")
-
-
-def imagenet_file(tmp_path: Path, name: str, kind: str = "safetensors", seed: int = 0) -> tuple[Path, dict]:
-    """(path, state): the state dict of `name` built with a 1000-class head, saved as `kind`."""
-    torch.manual_seed(seed)
-    state = {k: v.clone() for k, v in build_model(name, 1000).state_dict().items()}
-    path = tmp_path / f"{name.replace(':', '_')}-1000.{'safetensors' if kind == 'safetensors' else 'pth'}"
-    if kind == "safetensors":
-        save_file(state, str(path))
-    else:
-        torch.save(state, path)
-    return path, state
 
 
 def write_random_images(root: Path, per_class: int = 20, size: int = 32) -> Path:

@@ -19,6 +19,7 @@ import yaml
 
 from conftest import run_cli
 
+
 optuna = pytest.importorskip("optuna")
 
 SPACE = {"train.lr": {"type": "loguniform", "low": 1.0e-5, "high": 3.0e-2},

@@ -1,4 +1,5 @@
-"""Small models more than one test file trains, measures or wraps."""
+"""Small models more than one test file trains, measures or wraps: residual blocks over a sequence, an
+activation-heavy conv net and a weight-heavy MLP (the memory estimates are measured against all three)."""
 from __future__ import annotations
 
 from torch import nn
@@ -25,3 +26,29 @@ class BlockNet(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x.mean(1))
+
+
+class ConvNet(nn.Module):
+    """Activation-heavy: the memory is the feature maps."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                               nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                               nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                               nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.f(x)
+
+
+class WideMLP(nn.Module):
+    """Weight-heavy: parameters, gradients and Adam's two buffers dominate."""
+
+    def __init__(self, d=256, h=1536):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, h), nn.GELU(), nn.Linear(h, h), nn.GELU(),
+                                 nn.Linear(h, 10))
+
+    def forward(self, x):
+        return self.net(x)

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from conftest import REPO_ROOT
 
+
 ROOT = REPO_ROOT / "torchwise"
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from conftest import REPO_ROOT
 
+
 ROOT = REPO_ROOT / "torchwise"
 ARCHITECTURE = ROOT.parent / "docs" / "ARCHITECTURE.md"
 LAYERS_MARKER = "<!-- layers:"

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import REPO_ROOT, TESTS_DIR, StartedAProcess, is_unit_test, no_processes
 
+
 PACKAGE = REPO_ROOT / "torchwise"
 # a unit folder that tests the code's shape rather than one layer of it
 NOT_A_LAYER = {"code"}

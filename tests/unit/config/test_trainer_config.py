@@ -12,6 +12,7 @@ import torchwise
 from torchwise.errors import ConfigError, TorchwiseError
 from torchwise.train.settings import ALIASES, FLAT, SECTIONS, LoopSettings, TrainerConfig, build_config
 
+
 QUIET = dict(progress=False, checks=False, tensorboard=False)
 
 

@@ -21,6 +21,7 @@ from torchwise.data import stats, tasks
 from torchwise.data.digits import write_digits
 from torchwise.errors import TorchwiseError
 
+
 # Far longer than any of these writes takes; only a hang reaches it.
 
 

@@ -18,6 +18,8 @@ from PIL import Image
 
 from conftest import assert_clear_api_error, tree_snapshot
 from torchwise.data import image_cache, imagefolder
+from testkit.image_folders import _classes, _img
+
 
 RAMP16 = (np.arange(64, dtype=np.uint32).reshape(8, 8) * 65535 // 63).astype(np.uint16)  # 0 .. 65535
 RAMP8 = (np.arange(64).reshape(8, 8) * 4).astype(np.uint8)                                   # 0 .. 252
@@ -248,19 +250,6 @@ def test_a_mixed_8_and_16_bit_folder_is_on_one_scale(tmp_path):
 
 
 # ----------------------------------------------------------------------------- folders
-
-
-def _img(path: Path, value: int = 100, mode: str = "RGB") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new(mode, (8, 8), (value, value, value) if mode == "RGB" else value).save(path)
-    return path
-
-
-def _classes(root: Path, per_class: int = 3, names=("cat", "dog")) -> Path:
-    for c, name in enumerate(names):
-        for i in range(per_class):
-            _img(root / name / f"{i}.png", 40 + 80 * c + i)
-    return root
 
 
 def _counts(scan) -> dict[str, int]:

@@ -21,6 +21,7 @@ from torchwise import numbers
 from torchwise.data import tabular, tasks
 from torchwise.errors import ConfigError, TorchwiseError
 
+
 # ----------------------------------------------------------------------------- one cell
 
 

@@ -11,6 +11,7 @@ from torch.utils.data import IterableDataset
 from torchwise import Trainer
 from torchwise.errors import TorchwiseError
 
+
 QUIET = dict(progress=False, checks=False, tensorboard=False)
 
 

@@ -10,6 +10,7 @@ import torch
 
 from conftest import run_checked_quietly
 
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

@@ -144,5 +144,3 @@ def test_collate_of_pil_images_and_of_none():
         text = translate(error_of(lambda: next(iter(DataLoader(samples, batch_size=2)))))
         assert "__getitem__ returned None" in text and "s is not None" in text, samples
     assert translate(error_of(lambda: len(None))) is None   # the same TypeError outside a DataLoader
-
-

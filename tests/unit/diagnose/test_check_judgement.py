@@ -30,6 +30,7 @@ from torchwise.script_check.runner import run_script
 from torchwise.diagnose.watch import StopScript, Watcher
 from conftest import TESTS_DIR
 
+
 ZOO = TESTS_DIR / "check_zoo"
 
 

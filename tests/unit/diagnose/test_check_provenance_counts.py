@@ -11,6 +11,7 @@ import pytest
 
 from conftest import TESTS_DIR, run_checked_quietly
 
+
 ZOO = TESTS_DIR / "check_zoo"
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

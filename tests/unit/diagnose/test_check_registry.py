@@ -17,6 +17,7 @@ from torchwise.diagnose.detectors.registry import NAMES
 from torchwise.diagnose.detectors.spec import ALL_OBJECTIVES, FIXED_OBJECTIVES, OBJECTIVE_KINDS, Detector
 from conftest import REPO_ROOT
 
+
 DETECTORS = REPO_ROOT / "torchwise" / "diagnose" / "detectors"
 
 

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from conftest import TESTS_DIR, run_checked_quietly
 
+
 ZOO = TESTS_DIR / "check_zoo"
 
 

@@ -10,6 +10,7 @@ from torchwise.env import cuda_info
 from torchwise.env.doctor import PROBLEM, WARNING
 from torchwise.env.driver import check_driver
 
+
 NO_GPU = not torch.cuda.is_available()
 
 

@@ -15,6 +15,7 @@ from torchwise.export import (ExportError, ExportMismatchError, UnsupportedOpera
                               export_onnx, export_torchscript, verify_onnx)
 from torchwise.export.verify import verification_batches
 
+
 META = {"task": "image", "problem": "classification", "class_names": ["cat", "dog", "fox"],
         "input_size": [3, 12, 12], "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3],
         "image": {"mode": "RGB", "size": 12, "center_crop": 0.875}}

@@ -7,7 +7,6 @@ every backbone tensor bit for bit, skip and name the head's, and refuse anything
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,20 +15,10 @@ from torch import nn
 
 from torchwise.errors import CheckpointError, TorchwiseError
 from torchwise.models import backbone_parameters, build_model, check_model_name, classification_head, head_parameters, param_groups, timm_input
+from testkit.pretrained_files import imagenet_file
+
 
 pytest.importorskip("timm")
-
-
-def imagenet_file(tmp_path: Path, name: str, kind: str = "safetensors", seed: int = 0) -> tuple[Path, dict]:
-    """(path, state): the state dict of `name` built with a 1000-class head, saved as `kind`."""
-    torch.manual_seed(seed)
-    state = {k: v.clone() for k, v in build_model(name, 1000).state_dict().items()}
-    path = tmp_path / f"{name.replace(':', '_')}-1000.{'safetensors' if kind == 'safetensors' else 'pth'}"
-    if kind == "safetensors":
-        save_file(state, str(path))
-    else:
-        torch.save(state, path)
-    return path, state
 
 
 def said(log: list[str]) -> str:
@@ -215,5 +204,3 @@ def test_param_groups_refuse_a_bad_rate_or_scale():
         param_groups(model, 1e-3, -0.5)
     with pytest.raises(TorchwiseError, match="learning rate"):
         param_groups(model, 0, 0.1)
-
-

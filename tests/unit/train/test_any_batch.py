@@ -21,6 +21,7 @@ from torchwise.errors import TorchwiseError
 from torchwise.train.step.batches import move_to, samples_in, split_parts
 from torchwise.train.step.contract import Keywords, StepContract, WholeBatch
 
+
 QUIET = dict(progress=False, checks=False, tensorboard=False)
 Pair = collections.namedtuple("Pair", "image mask")
 

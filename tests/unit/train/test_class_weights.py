@@ -3,7 +3,6 @@
 The CLI tests train on a real imbalanced CSV (about 92% / 8%) and a real PNG folder, written to disk."""
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from torch import nn
 import torchwise
 from torchwise import config as cfg
 from torchwise.errors import ConfigError, TorchwiseError
+from testkit.imbalanced_data import make_imbalanced_csv
 
 
 # ----------------------------------------------------------------------------- the function
@@ -130,22 +130,9 @@ def test_config_key_values_and_contradictions():
 # ----------------------------------------------------------------------------- the CLI on real data
 
 
-def _write_imbalanced_csv(path: Path) -> Path:
-    """300 rows, 25 'fraud' (8%) and 275 'ok'; fraud rows have a larger x1, with overlap."""
-    rng = np.random.default_rng(0)
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["x1", "x2", "label"])
-        for i in range(300):
-            rare = i % 12 == 0
-            writer.writerow([round(rng.normal(1.2 if rare else 0.0, 1.0), 4), round(rng.normal(0, 1), 4),
-                             "fraud" if rare else "ok"])
-    return path
-
-
 @pytest.fixture(scope="module")
 def imbalanced_csv(tmp_path_factory) -> Path:
-    return _write_imbalanced_csv(tmp_path_factory.mktemp("csv") / "transactions.csv")
+    return make_imbalanced_csv(tmp_path_factory)
 
 
 def test_the_trainer_gets_a_really_weighted_cross_entropy(imbalanced_csv, tmp_path):

@@ -108,5 +108,3 @@ def test_bad_eval_batch_size_is_a_clear_error(bad):
     assert error.what == "eval_batch_size must be None or an integer >= 1."
     assert error.values == {"eval_batch_size": bad}
     assert "eval_batch_size=256" in error.fix
-
-

@@ -6,27 +6,7 @@ from torch.utils.data import TensorDataset
 
 import torchwise
 from torchwise.errors import ConfigError
-
-
-def images(n=96):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 3, 8, 8, generator=g)
-    return TensorDataset(x, (x.mean(dim=(1, 2, 3)) > 0).long())
-
-
-def conv_net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(8 * 8 * 8, 2))
-
-
-def losses(fast, optimizer=None, **kwargs):
-    seen = []
-    trainer = torchwise.Trainer(conv_net(), optimizer, train_data=images(), max_epochs=2, batch_size=16,
-                                progress=False, checks=False, fast=fast, **kwargs)
-    trainer.on("step_end", lambda loss, **_: seen.append(loss))
-    trainer.fit()
-    return trainer, seen
+from testkit.trainer_runs import conv_net, images, losses
 
 
 def test_auto_on_cpu_reports_each_part_and_why_it_is_off():

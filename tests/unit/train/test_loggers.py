@@ -1,6 +1,5 @@
 """The Trainer's loggers for real: a tiny model trained with the real Trainer, and what each logger wrote
 read back with its own tool's reader (MLflow's client, W&B's protobuf records, csv)."""
-import csv
 import sys
 
 import pytest
@@ -10,36 +9,7 @@ from torch.utils.data import TensorDataset
 
 from torchwise import Trainer
 from torchwise.errors import ConfigError, TorchwiseError
-
-
-def data(n=64, seed=0):
-    x = torch.randn(n, 4, generator=torch.Generator().manual_seed(seed))
-    return TensorDataset(x, (x[:, 0] > 0).long())
-
-
-def trainer(out_dir, loggers, epochs=2, **settings):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), train_data=data(), val_data=data(seed=1),
-                   epochs=epochs, batch_size=16, out_dir=out_dir, loggers=loggers, progress=False, checks=False,
-                   **settings)
-
-
-def csv_rows(run_dir):
-    with open(run_dir / "metrics.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
-def csv_numbers(row):
-    """The cells that hold numbers, as numbers (the step apart)."""
-    out = {}
-    for key, value in row.items():
-        try:
-            out[key] = float(value)
-        except ValueError:
-            continue
-    out.pop("step", None)
-    return out
+from testkit.logger_runs import csv_numbers, csv_rows, data, trainer
 
 
 @pytest.fixture

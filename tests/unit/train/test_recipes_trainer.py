@@ -11,6 +11,7 @@ from torch import nn
 from torchwise import Trainer
 from torchwise.errors import TorchwiseError
 
+
 QUIET = dict(progress=False, checks=False, tensorboard=False)
 
 

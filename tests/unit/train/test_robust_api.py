@@ -17,6 +17,7 @@ import torchwise
 from torchwise.errors import TorchwiseError, TrainingStopped
 from conftest import assert_clear_api_error
 
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

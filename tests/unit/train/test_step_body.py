@@ -23,6 +23,7 @@ from torchwise.train.step.body import OVERFLOW, StepRunner
 from torchwise.train.step.step_wrappers import CompileFallback, OOMGuard, compose_step, find_layer
 from conftest import REPO_ROOT
 
+
 ROOT = REPO_ROOT / "torchwise"
 
 
