@@ -1,22 +1,11 @@
 """tune_loader measures worker counts (real worker processes) on the real data set and picks the fastest."""
-import time
 
 import torch
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import TensorDataset
 
 import torchwise
 from torchwise.data.tune_loader import tune_loader
-
-
-class SlowDecode(Dataset):
-    """Each sample costs 4 ms of waiting (like reading and decoding a file): workers overlap it."""
-
-    def __len__(self):
-        return 256
-
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.full((4,), float(i)), i % 2
+from testkit.slow_data import SlowDecode
 
 
 def test_workers_win_when_fetching_is_slow():

@@ -1,12 +1,11 @@
 """The fast path: every switch gives the same training as the plain path (CPU correctness tests)."""
 import pytest
 import torch
-from torch import nn
 from torch.utils.data import TensorDataset
 
 import torchwise
 from torchwise.errors import ConfigError
-from testkit.trainer_runs import conv_net, images, losses
+from testkit.trainer_runs import conv_net, images, losses, weights_after
 
 
 def test_auto_on_cpu_reports_each_part_and_why_it_is_off():
@@ -55,32 +54,8 @@ def test_unknown_part_is_rejected_with_a_suggestion():
         losses(["channel_last"])
 
 
-class Jittered(torch.utils.data.Dataset):
-    """Random augmentation from the global RNGs while fetching: exact resume needs the loader's seeding."""
-
-    def __init__(self, base):
-        self.base = base
-
-    def __len__(self):
-        return len(self.base)
-
-    def __getitem__(self, i):
-        x, y = self.base[i]
-        return x + 0.1 * torch.randn_like(x), y
-
-
-def _weights_after(fast, epochs, tmp_path=None, resume=False, workers=2):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
-    trainer = torchwise.Trainer(model, train_data=Jittered(images()), max_epochs=epochs, batch_size=16,
-                                progress=False, checks=False, fast=fast, num_workers=workers,
-                                out_dir=tmp_path, resume=resume)
-    trainer.fit()
-    return trainer, {k: v.clone() for k, v in model.state_dict().items()}
-
-
 def test_prefetch_is_refused_where_reading_ahead_would_change_random_draws():
-    trainer, _ = _weights_after(["prefetch"], 1, workers=0)
+    trainer, _ = weights_after(["prefetch"], 1, workers=0)
     assert "prefetch" not in trainer.fast_plan.on
     assert "main process" in trainer.fast_plan.why_off["prefetch"]
     trainer, _ = losses(["prefetch"])  # a TensorDataset: batch indexing draws nothing, so it may

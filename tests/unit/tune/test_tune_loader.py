@@ -1,24 +1,13 @@
 """tune_loader measures worker counts on the real data set and picks the fastest."""
-import time
 
 import pytest
 import torch
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import TensorDataset
 
 import torchwise
 from torchwise.data.tune_loader import tune_loader
 from torchwise.errors import TorchwiseError
-
-
-class SlowDecode(Dataset):
-    """Each sample costs 4 ms of waiting (like reading and decoding a file): workers overlap it."""
-
-    def __len__(self):
-        return 256
-
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.full((4,), float(i)), i % 2
+from testkit.slow_data import SlowDecode
 
 
 def test_bad_input():
