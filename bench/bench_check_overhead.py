@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             step(arm)
             if arm == "check":
                 check_watcher.detach()
-                check_watcher._attached = False
+                check_watcher.attached = False
     measured = 0
     rounds = 0
     while measured < args.steps:

@@ -7,14 +7,19 @@ evidence of kept graphs are gathered here, from the patched torch.autograd.backw
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from torchwise.diagnose.checks import accumulation, followed
 from torchwise.diagnose.checks import model as model_checks
+from torchwise.diagnose.function_mode import FunctionMode
 from torchwise.diagnose.tensors import autocast_dtype, quiet
+from torchwise.diagnose.health import CheckerHealth
+from torchwise.diagnose.objective import Objectives
 from torchwise.diagnose.user_code import user_where
+from torchwise.diagnose.watch_parts import DeepView, InputsView, PassesView, StepsView
+
 
 
 class _Marker:
@@ -35,10 +40,33 @@ def graph_marker(t: torch.Tensor) -> weakref.ref | None:
     return weakref.ref(marker)
 
 
-class LossAndBackward:
-    """The Watcher's part that sees each loss function call (deep steps) and each backward()."""
+class LossesWatcher(Protocol):
+    """What LossAndBackward reads (and, for the steps' bookkeeping, writes) of the Watcher."""
+    health: CheckerHealth
+    deep: DeepView
+    inputs: InputsView
+    loaders: PassesView
+    optim_steps: StepsView
+    objective: Objectives
+    patches: list[tuple[Any, str, Any]]
+    loss_outs: dict[int, tuple[weakref.ref, str]]
+    accum: dict[int, dict] | None
+    hits: dict[str, int]
+    steps: int
+    driven: bool
+    global_mode: bool
+    function_mode: FunctionMode | None   # the TorchFunctionMode while one is entered
+    phase_now: str | None
 
-    def _init_losses(self) -> None:
+    def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
+
+
+class LossAndBackward:
+    """The Watcher's part (w.loss_watch) that sees each loss function call (deep steps) and each backward()."""
+
+    def __init__(self, w: LossesWatcher):
+        self.w = w
+        self.deep = w.deep  # read by every hook: one lookup
         self.backwards = 0
         self.backward_where: str | None = None
         # loss values and per-step evidence
@@ -52,7 +80,7 @@ class LossAndBackward:
         self.bw_ids: dict[int, weakref.ref] = {}
         # (step, the loss tensor, the marker hung on its graph's top node): a loss whose tensor is gone but
         # whose graph node lives on is kept inside another tensor's graph (`total += loss / n`)
-        self._bw_refs: list[tuple[int, weakref.ref, weakref.ref | None]] = []
+        self.bw_refs: list[tuple[int, weakref.ref, weakref.ref | None]] = []
         self.retained_losses = 0
         self.retained_inside = 0
         self.retained_holders: list[str] = []  # the user's containers found holding kept loss tensors
@@ -73,7 +101,7 @@ class LossAndBackward:
         if not isinstance(inp, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         if isinstance(out, torch.Tensor):
-            followed.remember(self.loss_outs, out, "loss")
+            followed.remember(self.w.loss_outs, out, "loss")
             if out.dim() == 0 and kwargs.get("reduction", "mean") == "mean" and npos == 2 and \
                     kwargs.get("size_average") is None and kwargs.get("reduce") is None:
                 self._mean_loss_outs[id(out)] = weakref.ref(out)
@@ -83,18 +111,19 @@ class LossAndBackward:
         if self.loss_where.get(kind) is None:
             self.loss_where[kind] = user_where()
         where = self.loss_where[kind]
-        if self.capture_overfit and self.overfit_capture and "loss" not in self.overfit_capture and self.steps == 0:
-            self.overfit_capture.update(loss=(func, dict(kwargs)), target=target.detach().clone(), where=where)
-        cur = self.cur_pass
+        capture = self.w.inputs.overfit_capture
+        if self.w.inputs.capture_overfit and capture and "loss" not in capture and self.w.steps == 0:
+            capture.update(loss=(func, dict(kwargs)), target=target.detach().clone(), where=where)
+        cur = self.w.loaders.cur_pass
         if cur is not None and not cur.closed and len(cur.loss_graphs) < 32 and isinstance(out, torch.Tensor) \
                 and out.grad_fn is not None and out.numel() == 1:
             cur.loss_graphs.append((cur.n_batches, weakref.ref(out), graph_marker(out)))
-        if self._phase == "eval" or not torch.is_grad_enabled():
+        if self.w.phase_now == "eval" or not torch.is_grad_enabled():
             return
         from torchwise.diagnose.checks import losses
         made_by = losses.origin(inp) if kind in ("bcelogits", "bce") else None
         with torch.no_grad():
-            losses.inspect(self, kind, inp.detach(), target.detach(), kwargs, where, made_by,
+            losses.inspect(self.w, kind, inp.detach(), target.detach(), kwargs, where, made_by,
                            labelled=source in (None, "data"))
 
     def token_targets(self, inp: Any, target: Any) -> bool:
@@ -103,33 +132,33 @@ class LossAndBackward:
         if not isinstance(inp, torch.Tensor) or inp.dim() < 1:
             return False
         C = int(inp.shape[1 if inp.dim() >= 2 else 0])
-        return looks_like_lm(self, inp, target.flatten(), C)
+        return looks_like_lm(self.w, inp, target.flatten(), C)
 
     def patch_backward(self) -> None:
         original = torch.autograd.backward
-        watcher = self
+        watcher, loss_watch = self.w, self
 
         def backward(tensors, *args, **kwargs):
-            watcher.maybe_stop()
+            watcher.health.maybe_stop()
             try:
                 with quiet():
-                    watcher.on_backward(tensors)
-                    if watcher.is_deep:
+                    loss_watch.on_backward(tensors)
+                    if loss_watch.deep.active:
                         retain = (args[1] if len(args) > 1 else kwargs.get("retain_graph")) or \
                             (args[2] if len(args) > 2 else kwargs.get("create_graph"))
                         if isinstance(tensors, torch.Tensor):
                             watcher.objective.on_backward(tensors)
                         accumulation.accum_on_backward(watcher, tensors, retain_graph=bool(retain))
             except Exception as exc:
-                watcher.internal_error("backward patch", exc)
+                watcher.health.internal_error("backward patch", exc)
             return original(tensors, *args, **kwargs)
 
         backward.__wrapped__ = original  # type: ignore[attr-defined]
-        self.accum = {}
-        self.patches.append((torch.autograd, "backward", original))
+        self.w.accum = {}
+        self.w.patches.append((torch.autograd, "backward", original))
         torch.autograd.backward = backward
 
-    def _note_autocast(self, what: str, tensor: Any) -> None:
+    def note_autocast(self, what: str, tensor: Any) -> None:
         """backward-in-autocast: a backward() ("backward") or optimizer.step() ("step") starts; is autocast
         still on for the device of `tensor` (the loss, or the optimizer's first parameter)?"""
         if not isinstance(tensor, torch.Tensor):
@@ -144,12 +173,12 @@ class LossAndBackward:
         if use[key] is None:
             use[key] = user_where()
         if use["dtype"] is None:
-            use.update(dtype=str(dtype).replace("torch.", ""), device=tensor.device.type, first_step=self.steps)
+            use.update(dtype=str(dtype).replace("torch.", ""), device=tensor.device.type, first_step=self.w.steps)
 
     def on_backward(self, tensors: Any) -> None:
         first = tensors if isinstance(tensors, torch.Tensor) else (
             tensors[0] if isinstance(tensors, (tuple, list)) and tensors else None)
-        self._note_autocast("backward", first)
+        self.note_autocast("backward", first)
         loss = tensors if isinstance(tensors, torch.Tensor) else (
             tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -157,62 +186,62 @@ class LossAndBackward:
         self.backwards += 1
         if self.backward_where is None:
             self.backward_where = user_where()
-        if not self.optimizers and self._global:  # no optimizer yet: perhaps a hand-written update follows
-            self.manual_watch = self._manual_since_backward = True
+        if not self.w.optim_steps.optimizers and self.w.global_mode:  # no optimizer yet: perhaps a hand-written update follows
+            self.w.optim_steps.manual_watch = self.w.optim_steps.manual_since_backward = True
         value = loss.detach().reshape(())
-        if len(self.losses) < 200_000 and not self.driven:  # driven: end_step() brings the value
+        if len(self.losses) < 200_000 and not self.w.driven:  # driven: end_step() brings the value
             self.losses.append(value)
-            self.loss_steps.append(self.steps)
-            cur = self.cur_pass
+            self.loss_steps.append(self.w.steps)
+            cur = self.w.loaders.cur_pass
             if cur is not None and not cur.closed:
                 cur.loss_idx.append(len(self.losses) - 1)
-                if self._deep:
+                if self.deep.active:
                     ref = self._mean_loss_outs.get(id(loss))
                     if ref is not None and ref() is loss:
                         cur.mean_losses += 1
                     else:
                         cur.other_losses += 1
-        if self._deep:
+        if self.deep.active:
             if loss.grad_fn is not None:
                 ref = weakref.ref(loss)
-                self._bw_refs.append((self.steps, ref, graph_marker(loss)))
+                self.bw_refs.append((self.w.steps, ref, graph_marker(loss)))
                 self.bw_ids[id(loss)] = ref
                 if len(self.bw_ids) > 64:
                     for k in list(self.bw_ids)[:32]:
                         del self.bw_ids[k]
-            if self.first_nonfinite_loss_step is None and not bool(torch.isfinite(value)):
-                self.first_nonfinite_loss_step = self.steps
-                self.op_hunt = self._mode is not None  # name the operation at the next forward
-        self.stepped_since_backward = False
-        self.backward_since_step += 1
+            if self.deep.first_nonfinite_loss_step is None and not bool(torch.isfinite(value)):
+                self.deep.first_nonfinite_loss_step = self.w.steps
+                self.deep.op_hunt = self.w.function_mode is not None  # name the operation at the next forward
+        self.w.optim_steps.stepped_since_backward = False
+        self.w.optim_steps.backward_since_step += 1
 
-    def _check_retained_losses(self) -> None:
+    def check_retained_losses(self) -> None:
         """Loss graphs still alive 3+ rounds of steps after their backward() are being stored somewhere: the
         loss tensor itself (a list, an attribute), or its graph inside another tensor's (`total += loss / n`,
         `avg = 0.9 * avg + 0.1 * loss`), however the total is spelled. A round is one step of every optimizer:
         with three optimizers stepping in turn (InfoGAN's generator, discriminator and info losses), each loss
         variable is rebound only 3 steps later."""
         keep = []
-        age = 3 * max(1, len(self.optimizers))
-        for step, ref, marker in self._bw_refs:
+        age = 3 * max(1, len(self.w.optim_steps.optimizers))
+        for step, ref, marker in self.bw_refs:
             t = ref()
             inside = t is None and marker is not None and marker() is not None
             if t is None and not inside:
                 continue
-            if step <= self.steps - age:
+            if step <= self.w.steps - age:
                 if not inside and t.grad_fn is not None and not self._held_by_user(t):
                     continue  # a name rebound at the next pass (or torchwise itself) holds it: memory does not grow
                 if inside or t.grad_fn is not None:
                     self.retained_losses += 1
                     self.retained_inside += inside
-                    if self.retained_losses >= 3 and not self.hits.get("loss-retains-graph"):
+                    if self.retained_losses >= 3 and not self.w.hits.get("loss-retains-graph"):
                         how = "kept inside a total" if self.retained_inside * 2 > self.retained_losses \
                             else "kept alive"
-                        self._hit("loss-retains-graph", where=self.backward_where,
+                        self.w.hit("loss-retains-graph", where=self.backward_where,
                                   info={"how": how, "alive": self.retained_losses})
                 continue
             keep.append((step, ref, marker))
-        self._bw_refs = keep
+        self.bw_refs = keep
 
     def _held_by_user(self, t: torch.Tensor) -> bool:
         """Whether a container of the user's program that can grow (a list, a dict, ...) holds the loss tensor;
@@ -229,18 +258,18 @@ class LossAndBackward:
             self.retained_holders.append(holder.name)
         return True
 
-    def _check_eval_loss_graphs(self, info: Any) -> None:
+    def check_eval_loss_graphs(self, info: Any) -> None:
         """An evaluation pass (no step, no backward()) ended: losses of earlier batches whose graph is still
         alive though their tensor is gone are held inside a total built from them (`total += loss * n`):
         every batch's graph stays in memory until the pass ends. Two batches are the evidence: a value kept
         from one batch (the last loss for a printout) is not a total."""
         batches = {batch for batch, ref, marker in info.loss_graphs
                    if batch < info.n_batches and ref() is None and marker is not None and marker() is not None}
-        if len(batches) >= 2 and not self.hits.get("loss-retains-graph"):
+        if len(batches) >= 2 and not self.w.hits.get("loss-retains-graph"):
             self.retained_losses += len(batches)
-            self._hit("loss-retains-graph", where=info.site, info={"how": "evaluation total", "alive": len(batches)})
+            self.w.hit("loss-retains-graph", where=info.site, info={"how": "evaluation total", "alive": len(batches)})
 
     def on_accumulate(self, args: tuple, out: Any) -> None:
         # a running total made at an earlier step, not errD = errD_real + errD_fake within one step
-        if model_checks.accumulation_retains(self, args, out):
-            self._hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"})
+        if model_checks.accumulation_retains(self.w, args, out):
+            self.w.hit("loss-retains-graph", info={"how": "accumulated into a tensor that keeps the graph"})

@@ -2,18 +2,21 @@
 
 Its own module because it is the watcher's cost model (see watch.py's docstring): the schedule of deep
 steps, the per-module hooks it adds and removes, the driven mode's time budget, and the NaN hunts that keep
-steps deep until the culprit is named. The hooks only ask is_deep; none of them decides it.
+steps deep until the culprit is named. The hooks only ask w.deep.active; none of them decides it.
 """
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from torchwise.diagnose.function_mode import FunctionMode
 from torchwise.diagnose.tensors import all_finite
 from torchwise.diagnose.user_code import user_where
+from torchwise.diagnose.watch_parts import LossesView, ModelsView, StepsView
+
 
 NONFINITE_HUNT_STEPS = 50
 # check mode: every operation's output is looked at for NaN/inf in the first OP_HUNT_STEPS optimizer steps (a
@@ -21,23 +24,40 @@ NONFINITE_HUNT_STEPS = 50
 OP_HUNT_STEPS = 10  # deep steps after the first nan/inf loss, looking for the module that makes it
 
 
-class DeepSteps:
-    """The Watcher's part that schedules deep steps (and, in driven mode, measures what they cost)."""
+class DeepWatcher(Protocol):
+    """What DeepSteps reads of the Watcher (the hooks it adds and removes belong to the parts named here)."""
+    models: ModelsView
+    optim_steps: StepsView
+    loss_watch: LossesView
+    steps: int
+    check_mode: bool
+    driven: bool
+    attached: bool
+    phase_now: str | None
+    function_mode: FunctionMode | None   # the TorchFunctionMode while one is entered
 
-    def _init_deep(self, check_mode: bool, deep_first: int | None, deep_every: int | None,
-                   deep_budget: float) -> None:
+    def pause_function_mode(self, paused: bool) -> None: ...
+
+
+class DeepSteps:
+    """The Watcher's part (w.deep) that schedules deep steps (and, in driven mode, measures what they cost) and
+    hunts for where a NaN is born. `active`: whether the step now running is a deep one."""
+
+    def __init__(self, w: DeepWatcher, check_mode: bool, deep_first: int | None, deep_every: int | None,
+                 deep_budget: float):
+        self.w = w
         # driven mode: deep steps after the first deep_first cost at most this share of the run's time
         # (see _deep_affordable)
         self.deep_budget = deep_budget
-        self._next_deep = 0
+        self.next_deep = 0
         self._step_times: dict[bool, list[float]] = {True: [], False: []}
         self._elapsed = self._deep_time = 0.0
         self._deep_count = 0
         self._last_end: float | None = None
-        self._driven_handles: list = []
+        self.driven_handles: list = []
         self.deep_first = deep_first if deep_first is not None else (100 if check_mode else 5)
         self.deep_every = deep_every if deep_every is not None else (5 if check_mode else 50)
-        self._deep = True
+        self.active = True
         self._deep_handles: list = []
         self.nonfinite_culprit: dict | None = None
         self.first_nonfinite_loss_step: int | None = None
@@ -49,7 +69,7 @@ class DeepSteps:
         nonfinite_loss=True: because the loss was nan/inf (the next steps look for the culprit); loss:
         the step's mean loss, for the loss curve (a float the loop has anyway: no tensor kept per step)."""
         now = time.perf_counter()
-        was_deep = self._deep
+        was_deep = self.active
         if self._last_end is not None:
             dt = now - self._last_end
             times = self._step_times[was_deep]
@@ -60,18 +80,18 @@ class DeepSteps:
                 self._deep_time += dt
                 self._deep_count += 1
         if was_deep:  # the next one at least deep_every steps later, and only when the budget allows
-            self._next_deep = self.steps + (1 if stepped else 0) + self.deep_every
+            self.next_deep = self.w.steps + (1 if stepped else 0) + self.deep_every
         if nonfinite_loss and self.first_nonfinite_loss_step is None:
-            self.first_nonfinite_loss_step = self.steps
-        if loss is not None and len(self.losses) < 200_000:
-            self.losses.append(loss)
-            self.loss_steps.append(self.steps)
+            self.first_nonfinite_loss_step = self.w.steps
+        if loss is not None and len(self.w.loss_watch.losses) < 200_000:
+            self.w.loss_watch.losses.append(loss)
+            self.w.loss_watch.loss_steps.append(self.w.steps)
         if stepped:
-            self._after_step()
+            self.w.optim_steps.after_step()
         else:
-            want = self._want_deep()
-            if want != self._deep:
-                self._set_deep(want)
+            want = self.want_deep()
+            if want != self.active:
+                self.set_deep(want)
         self._last_end = time.perf_counter()  # the Watcher's own bookkeeping is not counted as step time
 
     def _deep_affordable(self) -> bool:
@@ -86,64 +106,59 @@ class DeepSteps:
         spent = self._deep_time - self._deep_count * p
         return spent + max(0.0, d - p) <= self.deep_budget * self._elapsed
 
-    @property
-    def is_deep(self) -> bool:
-        """Whether the step now running is a deep one (expensive observations on)."""
-        return self._deep
-
-    def _set_deep(self, on: bool) -> None:
-        self._deep = on
-        if on and not self._deep_handles and self._attached:
-            if not self.driven:  # global hooks (see attach); local mode filters by the models' modules
+    def set_deep(self, on: bool) -> None:
+        self.active = on
+        if on and not self._deep_handles and self.w.attached:
+            if not self.w.driven:  # global hooks (see attach); local mode filters by the models' modules
                 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-                self._deep_handles.append(register_module_forward_pre_hook(self._mod_pre))
-                self._deep_handles.append(register_module_forward_hook(self._mod_post))
+                self._deep_handles.append(register_module_forward_pre_hook(self.w.models.mod_pre))
+                self._deep_handles.append(register_module_forward_hook(self.w.models.mod_post))
             else:
-                for info in self.roots.values():
+                for info in self.w.models.roots.values():
                     for m in info.module.modules():
-                        self._deep_handles.append(m.register_forward_pre_hook(self._mod_pre))
-                        self._deep_handles.append(m.register_forward_hook(self._mod_post))
+                        self._deep_handles.append(m.register_forward_pre_hook(self.w.models.mod_pre))
+                        self._deep_handles.append(m.register_forward_hook(self.w.models.mod_post))
         elif not on and self._deep_handles:
             for h in self._deep_handles:
                 h.remove()
             self._deep_handles.clear()
-        self._stack.clear()
-        if self.driven:
-            self._sync_driven_hooks()
-        elif getattr(self, "_mode", None) is not None:
-            self.pause_function_mode(not on)
+        self.w.models.stack.clear()
+        if self.w.driven:
+            self.sync_driven_hooks()
+        elif self.w.function_mode is not None:
+            self.w.pause_function_mode(not on)
 
-    def _sync_driven_hooks(self) -> None:
+    def sync_driven_hooks(self) -> None:
         """Driven mode: the model's root hook and the optimizer hooks exist in deep steps and evaluation
         passes only. The Trainer guarantees what they watch in between (zero_grad, train/eval mode),
         and a registered hook costs even when it returns at once."""
-        want = self._attached and (self._deep or self._phase == "eval")
-        if want and not self._driven_handles:
-            for info in self.roots.values():  # first, as when registered at attach time
-                self._driven_handles.append(info.module.register_forward_pre_hook(self._root_pre, prepend=True))
-            for opt in self.optimizers:
-                if id(opt) in self._local_opts:
-                    self._driven_handles.append(opt.register_step_pre_hook(self._on_step_pre))
-                    self._driven_handles.append(opt.register_step_post_hook(self._on_step_post))
-        elif not want and self._driven_handles:
-            for h in self._driven_handles:
+        want = self.w.attached and (self.active or self.w.phase_now == "eval")
+        if want and not self.driven_handles:
+            for info in self.w.models.roots.values():  # first, as when registered at attach time
+                self.driven_handles.append(info.module.register_forward_pre_hook(self.w.models.root_pre, prepend=True))
+            for opt in self.w.optim_steps.optimizers:
+                if id(opt) in self.w.optim_steps.local_opts:
+                    self.driven_handles.append(opt.register_step_pre_hook(self.w.optim_steps.on_step_pre))
+                    self.driven_handles.append(opt.register_step_post_hook(self.w.optim_steps.on_step_post))
+        elif not want and self.driven_handles:
+            for h in self.driven_handles:
                 h.remove()
-            self._driven_handles.clear()
+            self.driven_handles.clear()
 
-    def _want_deep(self) -> bool:
-        s = self.steps
+    def want_deep(self) -> bool:
+        s = self.w.steps
         if s < self.deep_first or self._want_nonfinite_hunt():
             return True
-        if self.driven:
-            return s >= self._next_deep and self._deep_affordable()
+        if self.w.driven:
+            return s >= self.next_deep and self._deep_affordable()
         return s % self.deep_every == 0
 
     def _want_nonfinite_hunt(self) -> bool:
         # bounded: a nan that no module makes (log(0) in the loss, one bad batch) must not leave every
         # later step deep
         first = self.first_nonfinite_loss_step
-        return (first is not None and self.nonfinite_culprit is None and not self.check_mode
-                and self.steps - first < NONFINITE_HUNT_STEPS)
+        return (first is not None and self.nonfinite_culprit is None and not self.w.check_mode
+                and self.w.steps - first < NONFINITE_HUNT_STEPS)
 
     def hunt_op(self, func: Any, args: tuple, out: Any) -> None:
         """The first operation that turns finite inputs into NaN/inf (runs only after a non-finite loss)."""
@@ -163,8 +178,9 @@ class DeepSteps:
                     label = f"torch.nn.functional.{name}"
                 else:
                     label = f"torch.{name}"
+                stack = self.w.models.stack
                 self.nonfinite_op = {"op": label, "where": user_where(),
-                                     "module": self.module_name(self._stack[-1]) if self._stack else None}
+                                     "module": self.w.models.module_name(stack[-1]) if stack else None}
                 self.op_hunt = False
         except Exception:
             self.op_hunt = False

@@ -94,7 +94,7 @@ def _linear(m, exc, w):
     name = ""
     layers = [layer for layer in _frames_self(exc, "Linear") if getattr(layer, "in_features", None) == expected]
     if layers and w is not None:
-        name = f" ({w.module_name(layers[-1])})"
+        name = f" ({w.models.module_name(layers[-1])})"
     return (f"a Linear layer{name} expects {expected} input features but gets {got}: the flattened output of the "
             f"layers before it has {got} values per sample (batch of {batch}).",
             f"""
@@ -114,7 +114,7 @@ def _conv_channels(m, exc, w):
         if layers:
             kind = cls
             if w is not None:
-                name = f" ({w.module_name(layers[-1])})"
+                name = f" ({w.models.module_name(layers[-1])})"
     return (f"a convolution{name} expects {expected} input channels but the input [{m.group(3).strip()}] has {got} "
             "(the channel dimension is dim 1: N, C, ...).",
             f"""

@@ -179,41 +179,47 @@ class FunctionMode(TorchFunctionMode):
     def __init__(self, watcher: Any):
         super().__init__()
         self.w = watcher
+        self.loaders = watcher.loaders        # read on every torch call: one lookup, as before
+        self.loss_watch = watcher.loss_watch  # the losses seen (deep steps)
+        self.optim_steps = watcher.optim_steps  # a hand-written update is a step
+        self.deep = watcher.deep              # whether this step is a deep one; the NaN hunt
         self.active = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         w = self.w
-        if not self.active or compiling() or (w.in_loader_fetch and w.in_loader_fetch == _threading.get_ident()):
+        fetching = self.loaders.in_loader_fetch
+        if not self.active or compiling() or (fetching and fetching == _threading.get_ident()):
             return func(*args, **kwargs)  # (dynamo must not trace the warnings swap; a batch being made is not the step)
-        if w.manual_watch and func in _INPLACE_FUNCS:
-            w.note_manual_update(args)
-        if not (w.is_deep or w.in_loss_scope):
+        if self.optim_steps.manual_watch and func in _INPLACE_FUNCS:
+            self.optim_steps.note_manual_update(args)
+        if not (self.deep.active or w.in_loss_scope):
             return _call_torch(func, args, kwargs)
         out = _call_torch(func, args, kwargs)
-        if w.op_hunt or (w.check_mode and w.nonfinite_op is None and func in _NAN_PRONE):
-            w.hunt_op(func, args, out)
+        deep = self.deep
+        if deep.op_hunt or (w.check_mode and deep.nonfinite_op is None and func in _NAN_PRONE):
+            deep.hunt_op(func, args, out)
         try:
             w.objective.on_call(func, args, kwargs, out)
-            source = w.objective.on_loss_term(func, args, kwargs, out, tokens=w.token_targets) \
+            source = w.objective.on_loss_term(func, args, kwargs, out, tokens=self.loss_watch.token_targets) \
                 if func in LOSS_TARGET_ARG else None
             kind = _LOSS_KINDS.get(func)
             if kind is not None and len(args) >= 2:
-                w.on_loss(kind, func, args[0], args[1], kwargs, out, len(args),
-                          source="data" if source == "tokens" else source)
-            elif func in _RELU_FUNCS and w.is_deep:
-                w.on_relu_func(args[0] if args else None, out)
-            elif w.bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
-                w.on_accumulate(args, out)
+                self.loss_watch.on_loss(kind, func, args[0], args[1], kwargs, out, len(args),
+                                        source="data" if source == "tokens" else source)
+            elif func in _RELU_FUNCS and deep.active:
+                w.models.on_relu_func(args[0] if args else None, out)
+            elif self.loss_watch.bw_ids and getattr(func, "__name__", "") in _ACCUM_NAMES:
+                self.loss_watch.on_accumulate(args, out)
             elif w.followed or func in _TOKEN_FUNCS:  # model outputs -> their max/topk values -> a comparison
                 # with labels; token ids encoded for a model (a language model's), even before its first output
                 followed.follow(w, func, args, out)
-            if not w.optimizers:  # before any step, where a parameter is written is where it is initialized
+            if not self.optim_steps.optimizers:  # before any step, where a parameter is written is where it is initialized
                 param = args[0] if args else kwargs.get("tensor")  # nn.init.* pass it by keyword
                 if isinstance(param, nn.Parameter):
                     symmetry.note_param_write(w, func, param)
         except Exception as exc:  # a checker must never break the user's program
-            w.internal_error("function mode", exc)
+            w.health.internal_error("function mode", exc)
         return out
 
 

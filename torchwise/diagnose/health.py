@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Callable
 
 # A checked script that makes model forwards and no optimizer step (an inference loop that does not end) is
 # stopped only when both hold: this many forwards, and IDLE_SECONDS since the last step (or the start). A count
@@ -31,15 +31,17 @@ class StopScript(BaseException):
     """Raised from an optimizer step hook to stop a checked script once enough is known.
 
     A BaseException, so that the script's own `except Exception:` blocks do not swallow it. A bare
-    `except:` does; so once the stop is asked for, every hook raises it again (Watcher._raise_stop).
+    `except:` does; so once the stop is asked for, every hook raises it again (CheckerHealth._raise_stop).
     """
 
 
-class Health:
-    """The Watcher's failures of its own (counted and shown, never the script's) and the stop of a checked
-    script (why, how often the script swallowed it, the last resort)."""
+class CheckerHealth:
+    """The Watcher's part for its own failures (counted and shown, never the script's) and the stop of a checked
+    script (why, how often the script swallowed it, the last resort, the idle-loop stop). It needs nothing of
+    the other parts: each of them reports here (w.health) and stops the script from here."""
 
-    def _init_health(self) -> None:
+    def __init__(self, check_mode: bool):
+        self.check_mode = check_mode
         # the checker's own failures: counted and shown, never the script's (strict: they fail the check)
         self.strict = os.environ.get(STRICT_ENV) == "1"
         self.internal_errors: list[dict] = []
@@ -47,9 +49,9 @@ class Health:
         self.stop_reason: str | None = None
         self._stops_raised = 0
         self._stop_since: float | None = None
-        self.on_force_stop: Any = None   # runner: finish the report and end the process
-        self._fwd_since_step = 0
-        self._idle_since = time.perf_counter()  # the last optimizer step (or the start)
+        self.on_force_stop: Callable[[], None] | None = None   # runner: finish the report and end the process
+        self.fwd_since_step = 0                   # model forwards since the last optimizer step
+        self.idle_since = time.perf_counter()     # the last optimizer step (or the start)
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         """A hook or detector of ours failed: lose that evidence, never the user's run; count and show it."""
@@ -83,3 +85,17 @@ class Health:
     def maybe_stop(self) -> None:
         if self.stop_reason is not None and self.check_mode:
             self._raise_stop()
+
+    def note_step(self) -> None:
+        """An optimizer step: the idle count starts again."""
+        self.fwd_since_step = 0
+        self.idle_since = time.perf_counter()
+
+    def stop_if_idle(self, stepped: bool) -> None:
+        """A checked script making model forwards and no optimizer step for long (see IDLE_FORWARDS) is stopped;
+        stepped: whether any step (an optimizer's or a hand-written one) was seen."""
+        if self.fwd_since_step >= IDLE_FORWARDS and time.perf_counter() - self.idle_since >= idle_seconds():
+            what = "since the last optimizer step" if stepped else "and no optimizer step"
+            self.request_stop(f"{self.fwd_since_step:,} model forwards {what}, over "
+                              f"{time.perf_counter() - self.idle_since:.0f} s (an inference or evaluation loop that "
+                              "does not end)")

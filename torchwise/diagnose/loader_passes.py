@@ -9,58 +9,25 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import torch
 
+from torchwise.diagnose.health import CheckerHealth
 from torchwise.diagnose.tensors import quiet
 from torchwise.diagnose.user_code import user_where
+from torchwise.diagnose.watch_parts import LossesView, ModelsView, PassInfo
 
-
-@dataclass
-class PassInfo:
-    """One iteration over a DataLoader (normally one epoch or one validation run)."""
-
-    loader: Any
-    index: int
-    site: str | None
-    n_batches: int = 0
-    steps: int = 0
-    fwd_train_mode: int = 0
-    fwd_eval_mode: int = 0
-    fwd_no_grad: int = 0
-    where_train_mode_fwd: str | None = None
-    waits: list = field(default_factory=list)
-    cpu_waits: list = field(default_factory=list)  # the process's CPU time during each wait (0: I/O or sleep)
-    gaps: list = field(default_factory=list)
-    last_return: float | None = None
-    ended: bool = False
-    closed: bool = False
-    # loss-average-wrong-count: each batch's size (None: not readable), the index in Watcher.losses of each
-    # backward() during the pass, and how many of the deep steps' losses came straight from a torch loss
-    # function with reduction="mean" (or not)
-    batch_sizes: list = field(default_factory=list)
-    loss_idx: list = field(default_factory=list)
-    mean_losses: int = 0
-    other_losses: int = 0
-    # loss-retains-graph in an evaluation pass: backward() calls before the pass, and (batch number, the loss
-    # tensor, the marker on its graph node) for the first losses with a graph computed during it (deep steps)
-    backwards_before: int = 0
-    loss_graphs: list = field(default_factory=list)
-
-    @property
-    def is_eval(self) -> bool:
-        return self.n_batches > 0 and self.steps == 0 and (self.fwd_train_mode + self.fwd_eval_mode) > 0
 
 
 class _PassIter:
     """Wraps a DataLoader iterator: times each batch and marks the current pass."""
 
-    def __init__(self, it: Iterator, info: PassInfo, watcher: Any):
+    def __init__(self, it: Iterator, info: PassInfo, passes: "LoaderPasses"):
         self._it = it
         self._info = info
-        self._w = watcher
+        self._passes = passes
+        self._health = passes.w.health
 
     def __iter__(self):
         return self
@@ -72,22 +39,22 @@ class _PassIter:
         return getattr(self._it, name)
 
     def __next__(self):
-        self._w.maybe_stop()
+        self._health.maybe_stop()
         info = self._info
-        w = self._w
+        passes = self._passes
         t0, c0 = time.perf_counter(), time.process_time()
         # the batch is made with the checker's function mode out of the way: the watcher's checks concern the
         # model's step, and its per-call cost on a transform's tensor ops would make the wait look longer
         # than it is without the checker
-        w.in_loader_fetch = threading.get_ident()  # this thread only: a prefetching thread leaves the step seen
+        passes.in_loader_fetch = threading.get_ident()  # this thread only: a prefetching thread leaves the step seen
         try:
             batch = next(self._it)
         except StopIteration:
             info.ended = True
-            w.end_pass(info)
+            passes.end_pass(info)
             raise
         finally:
-            w.in_loader_fetch = 0
+            passes.in_loader_fetch = 0
         t1 = time.perf_counter()
         if info.last_return is not None:
             info.gaps.append(t1 - info.last_return)
@@ -97,7 +64,7 @@ class _PassIter:
         info.n_batches += 1
         if len(info.batch_sizes) < 100_000:
             info.batch_sizes.append(_batch_size(batch))
-        self._w.cur_pass = info
+        passes.cur_pass = info
         return batch
 
 
@@ -115,18 +82,29 @@ def _batch_size(batch: Any) -> int | None:
     return None
 
 
-class LoaderPasses:
-    """The Watcher's part that tracks the passes over DataLoaders (patched, or told by attach_loaders)."""
+class PassesWatcher(Protocol):
+    """What LoaderPasses reads of the Watcher."""
+    health: CheckerHealth
+    patches: list[tuple[Any, str, Any]]   # (owner, name, original): undone by detach()
+    loss_watch: LossesView           # backward() calls so far, the losses' graphs
+    models: ModelsView                    # the models
 
-    def _init_loaders(self) -> None:
+    def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
+
+
+class LoaderPasses:
+    """The Watcher's part (w.loaders) that tracks the passes over DataLoaders (patched, or told by attach())."""
+
+    def __init__(self, w: PassesWatcher):
+        self.w = w
         self.passes: list[PassInfo] = []
         self.cur_pass: PassInfo | None = None
         self.in_loader_fetch = 0  # the thread inside a watched DataLoader's next(): the function mode stands aside
         self.loader_sites: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
         self.sampler_epochs: dict[int, list] = {}
         self.eval_seen = False
-        self._after_epoch = False
-        self._eval_since_epoch = False
+        self.after_epoch = False
+        self.eval_since_epoch = False
         self.epoch_without_eval = False
         self.val_aug_checked: set[int] = set()
         self.val_aug_candidates: list[dict] = []
@@ -135,36 +113,36 @@ class LoaderPasses:
         self.printed_chars = 0
         self.train_passes_ended = 0
 
-    def attach_loaders(self, train: Any = None, val: Any = None) -> None:
-        """Tell the Watcher which loaders are which (Trainer); their passes are then tracked."""
+    def attach(self, train: Any = None, val: Any = None) -> None:
+        """Which loaders are which (the Trainer's); their passes are then tracked."""
         for loader in (train, val):
             if loader is not None and loader not in self.loader_sites:
                 self.loader_sites[loader] = None
-        if not any(o is torch.utils.data.DataLoader for o, _, _ in self.patches):
+        if not any(o is torch.utils.data.DataLoader for o, _, _ in self.w.patches):
             self.patch_dataloader()
 
     def patch_dataloader(self) -> None:
         from torch.utils.data import DataLoader
         orig_init, orig_iter = DataLoader.__init__, DataLoader.__iter__
-        watcher = self
+        passes, health = self, self.w.health
 
         def __init__(loader, *args, **kwargs):
             orig_init(loader, *args, **kwargs)
             try:
-                watcher.loader_sites[loader] = user_where()
+                passes.loader_sites[loader] = user_where()
             except Exception as exc:
-                watcher.internal_error("DataLoader.__init__ patch", exc)
+                health.internal_error("DataLoader.__init__ patch", exc)
 
         def __iter__(loader):
             it = orig_iter(loader)
             try:
-                return watcher.begin_pass(loader, it)
+                return passes.begin_pass(loader, it)
             except Exception as exc:
-                watcher.internal_error("DataLoader.__iter__ patch", exc)
+                health.internal_error("DataLoader.__iter__ patch", exc)
                 return it
 
-        self.patches.append((DataLoader, "__init__", orig_init))
-        self.patches.append((DataLoader, "__iter__", orig_iter))
+        self.w.patches.append((DataLoader, "__init__", orig_init))
+        self.w.patches.append((DataLoader, "__iter__", orig_iter))
         DataLoader.__init__ = __init__
         DataLoader.__iter__ = __iter__
 
@@ -174,7 +152,7 @@ class LoaderPasses:
             if p.loader is loader and not p.closed:
                 self.end_pass(p)
         info = PassInfo(loader=loader, index=len(self.passes), site=self.loader_sites.get(loader),
-                        backwards_before=self.backwards)
+                        backwards_before=self.w.loss_watch.backwards)
         self.passes.append(info)
         sampler = getattr(loader, "sampler", None)
         bs = getattr(loader, "batch_sampler", None)
@@ -185,6 +163,17 @@ class LoaderPasses:
                 break
         return _PassIter(it, info, self)
 
+    def note_step(self) -> None:
+        """An optimizer step: it belongs to the current pass, and the epoch before it ended without an
+        evaluation if none was seen since."""
+        cur = self.cur_pass
+        if cur is not None and not cur.closed:
+            cur.steps += 1
+        if self.after_epoch:
+            if not self.eval_since_epoch:
+                self.epoch_without_eval = True
+            self.after_epoch = False
+
     def end_pass(self, info: PassInfo) -> None:
         if info.closed:
             return
@@ -194,19 +183,19 @@ class LoaderPasses:
         if info.steps > 0:
             if info.ended:
                 self.train_passes_ended += 1
-            self._after_epoch = True
-            self._eval_since_epoch = False
+            self.after_epoch = True
+            self.eval_since_epoch = False
         elif info.is_eval:
             self.eval_seen = True
-            self._eval_since_epoch = True
+            self.eval_since_epoch = True
             # a pass of one batch abandoned before it ended (`next(iter(loader))` to peek a batch, to build
             # lazy layers) is not an evaluation
             real = info.ended or info.n_batches >= 2
             if real and info.fwd_train_mode and not info.fwd_no_grad and \
-                    any(r.has_mode_layers for r in self.roots.values()):
-                self._hit("eval-mode-missing", where=info.where_train_mode_fwd)
-            if info.loss_graphs and self.backwards == info.backwards_before:
-                self._check_eval_loss_graphs(info)
+                    any(r.has_mode_layers for r in self.w.models.roots.values()):
+                self.w.hit("eval-mode-missing", where=info.where_train_mode_fwd)
+            if info.loss_graphs and self.w.loss_watch.backwards == info.backwards_before:
+                self.w.loss_watch.check_eval_loss_graphs(info)
             from torchwise.diagnose.checks import data
             with quiet():
-                data.check_val_augmentation(self, info)
+                data.check_val_augmentation(self.w, info)

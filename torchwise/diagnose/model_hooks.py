@@ -7,9 +7,7 @@ and these hooks run on every forward: they are kept together, small and fast, ap
 from __future__ import annotations
 
 import sys
-import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -17,10 +15,14 @@ from torch import nn
 from torchwise.diagnose.checks import graph_uses
 from torchwise.diagnose.checks import model as model_checks
 from torchwise.diagnose.checks import step_record, symmetry
-from torchwise.diagnose.health import IDLE_FORWARDS, idle_seconds
+from torchwise.diagnose.function_mode import FunctionMode
 from torchwise.diagnose.tensors import all_finite, compiling, quiet
 from torchwise.diagnose.user_code import is_user_file, user_where, where_defined
+from torchwise.diagnose.health import CheckerHealth
+from torchwise.diagnose.objective import Objectives
+from torchwise.diagnose.watch_parts import DeepView, InputsView, PassesView, RootInfo, StepsView
 from torchwise.models.structure import has_convolutions
+
 
 
 def _behaves_by_mode(m: nn.Module) -> bool:
@@ -33,29 +35,36 @@ def _behaves_by_mode(m: nn.Module) -> bool:
     return False
 
 
-@dataclass
-class RootInfo:
-    """A top-level model (a module with parameters called from outside any other module)."""
+class ModelsWatcher(Protocol):
+    """What ModelHooks reads (and, for the NaN hunt, writes) of the Watcher."""
+    health: CheckerHealth
+    deep: DeepView         # whether this step is deep; the NaN hunt's findings
+    loaders: PassesView
+    inputs: InputsView
+    optim_steps: StepsView  # its parameter addresses, and whether any step was made
+    objective: Objectives
+    check_mode: bool
+    driven: bool
+    max_steps: int | None
+    steps: int
+    accum: dict[int, dict] | None
+    last_layer: dict[int, int]
+    global_mode: bool
+    function_mode: FunctionMode | None   # the TorchFunctionMode while one is entered
+    phase_now: str | None
 
-    module: nn.Module
-    label: str
-    module_ids: set[int]
-    names: dict[int, str]             # id(submodule) -> qualified name
-    param_names: dict[int, str]       # id(param) -> qualified name
-    has_mode_layers: bool
-    handles: list = field(default_factory=list)
-    n_forward: int = 0
-    where_forward: str | None = None
-    has_conv: bool = False            # convolution layers: cudnn.benchmark searches their algorithms per shape
-    lazy: bool = False                # had uninitialized (Lazy*) parameters when first seen
+    def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
 
 
 class ModelHooks:
-    """The Watcher's part that finds the models and watches their forwards (a root pre-hook on each model;
-    in deep steps a pre/post hook on every module)."""
+    """The Watcher's part (w.models) that finds the models and watches their forwards (a root pre-hook on each
+    model; in deep steps a pre/post hook on every module)."""
 
-    def _init_models(self) -> None:
-        self._stack: list[nn.Module] = []
+    def __init__(self, w: ModelsWatcher):
+        self.w = w
+        self.health, self.loaders, self.inputs = w.health, w.loaders, w.inputs  # created before this part
+        self.deep = w.deep  # read by every hook: one lookup
+        self.stack: list[nn.Module] = []
         self.roots: dict[int, RootInfo] = {}
         self._local_ids: set[int] = set()  # every module of the models (local mode watches only those)
         self._not_roots: set[int] = set()
@@ -64,11 +73,11 @@ class ModelHooks:
         self.bn_batches: list[int] = []
         self.bn_counts: dict[int, dict] = {}  # id(BatchNorm) -> its name and (batch, values per channel) per forward
         self.bn_where: str | None = None
-        self._pending_evalmode_train: str | None = None
+        self.pending_evalmode_train: str | None = None
         self.eval_forwards = 0  # forwards under no_grad or in the eval phase (ReduceLROnPlateau's evidence)
         self._direct_frame: Any = None  # the frame of the last model.forward(x) called directly (see _direct_forward)
 
-    def _add_root(self, module: nn.Module) -> RootInfo:
+    def add_root(self, module: nn.Module) -> RootInfo:
         info = self.roots.get(id(module))
         if info is not None:
             return info
@@ -85,7 +94,7 @@ class ModelHooks:
         self.roots[id(module)] = info
         self._local_ids |= info.module_ids
         for p in module.parameters():
-            self._param_ptrs[p.untyped_storage().data_ptr()] = id(p)
+            self.w.optim_steps.param_ptrs[p.untyped_storage().data_ptr()] = id(p)
         return info
 
     def _direct_forward(self, part: nn.Module) -> None:
@@ -108,12 +117,12 @@ class ModelHooks:
         if not any(m is part for m in owner.modules()) or next(owner.parameters(), None) is None:
             return
         if id(owner) not in self.roots:
-            self._add_root(owner)
+            self.add_root(owner)
         if frame.f_code.co_name == "forward" and self._direct_frame is not frame:
             self._direct_frame = frame  # held until the next such forward: one frame, so its id is never reused
             code = frame.f_code
             args = tuple(frame.f_locals[n] for n in code.co_varnames[1:code.co_argcount] if n in frame.f_locals)
-            self._root_pre(owner, args)
+            self.root_pre(owner, args)
 
     def module_name(self, m: nn.Module) -> str:
         for info in self.roots.values():
@@ -123,17 +132,17 @@ class ModelHooks:
         return type(m).__name__
 
     def _mod_pre_impl(self, module: nn.Module, args: tuple) -> None:
-        stack = self._stack
+        stack = self.stack
         if not stack:
             mid = id(module)
-            if self._global and mid not in self.roots and next(module.parameters(), None) is not None:
+            if self.w.global_mode and mid not in self.roots and next(module.parameters(), None) is not None:
                 self._direct_forward(module)  # (a loss module called every step has no parameters: no frame walk)
-            if self._global and mid not in self.roots and mid not in self._not_roots:
+            if self.w.global_mode and mid not in self.roots and mid not in self._not_roots:
                 if mid in self._local_ids:  # a part of a known model called directly (vae.decode(z)): not a model
                     self._not_roots.add(mid)
                 elif next(module.parameters(), None) is not None:
-                    self._add_root(module)
-                    self._root_pre(module, args)  # the hook just added runs from the next call on
+                    self.add_root(module)
+                    self.root_pre(module, args)  # the hook just added runs from the next call on
                 else:
                     self._not_roots.add(mid)
         else:
@@ -161,72 +170,69 @@ class ModelHooks:
         stack.append(module)
 
     def _mod_post_impl(self, module: nn.Module, args: tuple, out: Any) -> None:
-        stack = self._stack
+        stack = self.stack
         if stack and stack[-1] is module:
             stack.pop()
         if stack and isinstance(module, symmetry.SYM_LAYERS):
-            self.last_layer[id(stack[0])] = id(module)
+            self.w.last_layer[id(stack[0])] = id(module)
         elif not stack and id(module) in self.roots:
-            graph_uses.on_root_output(self, module, out)
+            graph_uses.on_root_output(self.w, module, out)
         if isinstance(module, nn.ReLU) and isinstance(out, torch.Tensor) and module.training:
             self._record_relu(module, out, self.module_name(module))
-        if self.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \
-                and (self.check_mode or self.first_nonfinite_loss_step is not None):
+        if self.deep.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \
+                and (self.w.check_mode or self.deep.first_nonfinite_loss_step is not None):
             if not all_finite(out):
                 ins = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
                 if all(all_finite(a) for a in ins):
                     params_ok = all(all_finite(p) for p in module.parameters(recurse=False))
-                    self.nonfinite_culprit = {
-                        "module": self.module_name(module), "step": self.steps, "params_finite": params_ok,
+                    self.deep.nonfinite_culprit = {
+                        "module": self.module_name(module), "step": self.w.steps, "params_finite": params_ok,
                         "where": where_defined(type(module).forward) or user_where(),
                         "n_nonfinite": int((~torch.isfinite(out)).sum()), "numel": out.numel()}
-                    if self.nonfinite_op is None and self._mode is not None:
-                        self.op_hunt = True  # the module made it: name its operation at the next forwards
+                    if self.deep.nonfinite_op is None and self.w.function_mode is not None:
+                        self.deep.op_hunt = True  # the module made it: name its operation at the next forwards
 
     # Hooks never break the user's program: a checker bug loses evidence, not the training run.
-    def _mod_pre(self, module, args):
-        if compiling() or (not self._global and id(module) not in self._local_ids):
+    def mod_pre(self, module, args):
+        if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
             return
         try:
             with quiet():
                 self._mod_pre_impl(module, args)
         except Exception as exc:
-            self.internal_error("module forward pre-hook", exc)
+            self.health.internal_error("module forward pre-hook", exc)
 
-    def _mod_post(self, module, args, out):
-        if compiling() or (not self._global and id(module) not in self._local_ids):
+    def mod_post(self, module, args, out):
+        if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
             return
         try:
             with quiet():
                 self._mod_post_impl(module, args, out)
         except Exception as exc:
-            self.internal_error("module forward hook", exc)
+            self.health.internal_error("module forward hook", exc)
 
-    def _global_root_pre(self, module, args):
+    def global_root_pre(self, module, args):
         if id(module) in self.roots:  # one dict lookup for the many modules that are not a model
-            self._root_pre(module, args)
+            self.root_pre(module, args)
 
-    def _root_pre(self, module, args):
+    def root_pre(self, module, args):
         if compiling():
             return
-        self.maybe_stop()
+        health = self.health
+        health.maybe_stop()
         try:
             with quiet():
                 self._root_pre_impl(module, args)
         except Exception as exc:
-            self.internal_error("model forward pre-hook", exc)
-        if self.max_steps and self.check_mode and self._fwd_since_step >= IDLE_FORWARDS and \
-                time.perf_counter() - self._idle_since >= idle_seconds():
-            what = "since the last optimizer step" if self.steps or self.manual_steps else "and no optimizer step"
-            self.request_stop(f"{self._fwd_since_step:,} model forwards {what}, over "
-                              f"{time.perf_counter() - self._idle_since:.0f} s (an inference or evaluation loop that "
-                              "does not end)")
+            health.internal_error("model forward pre-hook", exc)
+        if self.w.max_steps and self.w.check_mode:
+            health.stop_if_idle(bool(self.w.steps or self.w.optim_steps.manual_steps))
 
     def _record_relu(self, key: Any, out: torch.Tensor, label: str) -> None:
-        model_checks.record_relu(self, key, out, label)  # pooled over batches: batch size 1 is judged too
+        model_checks.record_relu(self.w, key, out, label)  # pooled over batches: batch size 1 is judged too
 
     def on_relu_func(self, x: Any, out: Any) -> None:
-        if self._stack and isinstance(self._stack[-1], nn.ReLU):
+        if self.stack and isinstance(self.stack[-1], nn.ReLU):
             return  # the module hook measures it, with the module's name
         if isinstance(out, torch.Tensor):
             where = user_where()
@@ -236,20 +242,20 @@ class ModelHooks:
         info = self.roots.get(id(module))
         if info is None:
             return
-        if self._deep and self.accum is not None:
-            step_record.note_root_input(self, module, args)
-        if self._deep:
-            self.objective.note_model_input(args)  # new input values: a new batch (get_batch())
+        if self.deep.active and self.w.accum is not None:
+            step_record.note_root_input(self.w, module, args)
+        if self.deep.active:
+            self.w.objective.note_model_input(args)  # new input values: a new batch (get_batch())
         if info.lazy:
             info.lazy = any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters())
-            if info.lazy or not self.steps:
+            if info.lazy or not self.w.steps:
                 return  # a forward that builds lazy layers (before training) is neither training nor evaluation
         info.n_forward += 1
-        self._fwd_since_step += 1
+        self.health.fwd_since_step += 1
         grad = torch.is_grad_enabled()
         training = module.training
-        p = self.cur_pass
-        is_train_fwd = grad and training and self._phase != "eval"
+        p = self.loaders.cur_pass
+        is_train_fwd = grad and training and self.w.phase_now != "eval"
         if p is not None and not p.closed:
             if training:
                 p.fwd_train_mode += 1
@@ -258,27 +264,27 @@ class ModelHooks:
             else:
                 p.fwd_eval_mode += 1
             p.fwd_no_grad += not grad
-        evaluating = (not grad) or self._phase == "eval"
+        evaluating = (not grad) or self.w.phase_now == "eval"
         if evaluating:
-            self.eval_seen = True
+            self.loaders.eval_seen = True
             self.eval_forwards += 1
-            self._eval_since_epoch = True
+            self.loaders.eval_since_epoch = True
             if training and info.has_mode_layers:
-                self._hit("eval-mode-missing", info={"model": info.label})
+                self.w.hit("eval-mode-missing", info={"model": info.label})
         elif not training and info.has_mode_layers:
-            self._pending_evalmode_train = self._pending_evalmode_train or (user_where() or "?")
+            self.pending_evalmode_train = self.pending_evalmode_train or (user_where() or "?")
         else:
-            self._pending_evalmode_train = None  # the forward that feeds the next step() runs in train mode
+            self.pending_evalmode_train = None  # the forward that feeds the next step() runs in train mode
         x = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if x is None and args and isinstance(args[0], (tuple, list)):
             x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
         if x is None:
             return
-        if is_train_fwd and info.has_conv and not self.driven and torch.backends.cudnn.benchmark:
-            self._note_sample_shape(info, args, x)
-        if self._deep:
-            self._inspect_input(x, train=is_train_fwd)
-        if self.capture_overfit and self.overfit_capture is None and is_train_fwd and self.steps == 0:
-            self._capture_for_overfit(module, args)
-        if self.hash_rows and x.dim() >= 1 and x.shape[0] > 0:
-            self._hash_input(x, grad and self._phase != "eval", id(module))
+        if is_train_fwd and info.has_conv and not self.w.driven and torch.backends.cudnn.benchmark:
+            self.inputs.note_sample_shape(info, args, x)
+        if self.deep.active:
+            self.inputs.inspect_input(x, train=is_train_fwd)
+        if self.inputs.capture_overfit and self.inputs.overfit_capture is None and is_train_fwd and self.w.steps == 0:
+            self.inputs.capture_for_overfit(module, args)
+        if self.inputs.hash_rows and x.dim() >= 1 and x.shape[0] > 0:
+            self.inputs.hash_input(x, grad and self.w.phase_now != "eval", id(module))

@@ -7,23 +7,32 @@ keep their own evidence (input_stats, train_hashes, eval_groups, bench_shapes, o
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from torchwise.diagnose.model_hooks import RootInfo
 from torchwise.diagnose.shape_watch import SAMPLE_SHAPES_KEPT, sample_shape_key
 from torchwise.diagnose.tensors import all_finite
 from torchwise.diagnose.user_code import called_by_torchwise, user_where
+from torchwise.diagnose.watch_parts import ModelsView, PassesView, RootInfo
 
 TRAIN_REPEAT_PROBE = 5000  # training rows over which the chance of a repeated sample is measured
 
 
-class ModelInputs:
-    """The Watcher's part that looks at each model forward's input tensor."""
+class InputsWatcher(Protocol):
+    """What ModelInputs reads of the Watcher."""
+    steps: int              # optimizer steps so far
+    loaders: PassesView   # the passes over DataLoaders (which pass an evaluation forward belongs to)
+    models: ModelsView      # its hooks on the model are not copied with it
 
-    def _init_inputs(self, hash_rows: bool) -> None:
+
+class ModelInputs:
+    """The Watcher's part (w.inputs) that looks at each model forward's input tensor (called from the model's
+    root pre-hook)."""
+
+    def __init__(self, w: InputsWatcher, hash_rows: bool):
+        self.w = w
         self.hash_rows = hash_rows
         self.nonfinite_input: dict | None = None
         self.input_stats: dict[str, Any] = {"n": 0, "max_abs_mean": 0.0, "max_std": 0.0, "scale_ratio": 0.0,
@@ -31,7 +40,7 @@ class ModelInputs:
         self.train_hashes: set[int] = set()
         self.train_repeats = {"rows": 0, "repeats": 0, "done": False}  # repeats among the first training rows (see _hash_rows)
         self.eval_groups: list[dict] = []
-        self._eval_group_open = False
+        self.eval_group_open = False
         self._last_train_input: weakref.ref | None = None  # the last training forward's input tensor
         # root id -> the row hashes of its last forward with gradients on (its graph use decides later whether
         # it trained: checks/graph_uses.py)
@@ -44,21 +53,23 @@ class ModelInputs:
         self.capture_overfit = False
         self.overfit_capture: dict | None = None
 
-    def _capture_for_overfit(self, module: nn.Module, args: tuple) -> None:
+    def capture_for_overfit(self, module: nn.Module, args: tuple) -> None:
         """The first training forward: a copy of the model and its inputs, for the overfit-one-batch test."""
         import copy
         try:
-            clone = copy.deepcopy(module, memo={id(self): self})  # our hooks must not drag the watcher along
+            ours = (self.w, self.w.models, self)
+            # our hooks must not drag the watcher along
+            clone = copy.deepcopy(module, memo={id(o): o for o in ours})
             for m in clone.modules():
                 for hooks in (m._forward_pre_hooks, m._forward_hooks):
-                    for key in [k for k, h in hooks.items() if getattr(h, "__self__", None) is self]:
+                    for key in [k for k, h in hooks.items() if any(getattr(h, "__self__", None) is o for o in ours)]:
                         del hooks[key]
             self.overfit_capture = {"model": clone, "args": tuple(
                 a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)}
         except Exception:
             self.overfit_capture = {}
 
-    def _hash_input(self, x: torch.Tensor, train: bool, root: int) -> None:
+    def hash_input(self, x: torch.Tensor, train: bool, root: int) -> None:
         """A forward's input rows, hashed for the leak and repeat checks (training, or evaluation)."""
         if train:
             self._last_train_input = weakref.ref(x)
@@ -67,7 +78,7 @@ class ModelInputs:
             #         end of an epoch): not an evaluation of the model on training data
         self._hash_rows(x, train, root)
 
-    def _note_sample_shape(self, info: RootInfo, args: tuple, x: torch.Tensor) -> None:
+    def note_sample_shape(self, info: RootInfo, args: tuple, x: torch.Tensor) -> None:
         """A training forward of a convolutional model with cudnn.benchmark on: the shape of its inputs
         without the batch dimension (a short last batch is not a new shape), and the step it first came in."""
         st = self.bench_shapes
@@ -76,18 +87,18 @@ class ModelInputs:
         if key not in shapes:
             if len(shapes) >= SAMPLE_SHAPES_KEPT or called_by_torchwise(2):
                 return  # enough known; or the Trainer's own loop, which switches benchmark off by itself
-            shapes[key] = self.steps
+            shapes[key] = self.w.steps
             if st["where"] is None:
                 st.update(where=user_where(), device=x.device.type, model=info.label)
         st["forwards"] += 1
 
-    def _inspect_input(self, x: torch.Tensor, train: bool) -> None:
+    def inspect_input(self, x: torch.Tensor, train: bool) -> None:
         if not x.is_floating_point() or x.numel() == 0:
             return
         with torch.no_grad():
             if not all_finite(x):
                 if self.nonfinite_input is None:
-                    self.nonfinite_input = {"step": self.steps, "n_nonfinite": int((~torch.isfinite(x)).sum()),
+                    self.nonfinite_input = {"step": self.w.steps, "n_nonfinite": int((~torch.isfinite(x)).sum()),
                                             "numel": x.numel(), "what": "inputs", "where": user_where()}
                 return
             if not train or x.dim() < 2 or x.shape[0] < 2:
@@ -120,7 +131,7 @@ class ModelInputs:
             rows = rows[:, :: rows.shape[1] // 2048]
         rows = rows.contiguous().numpy()
         if train:
-            self._eval_group_open = False
+            self.eval_group_open = False
             hashes = [hash((root, r.tobytes())) for r in rows]
             self.last_row_hashes[root] = hashes[:1024]
             probe = self.train_repeats
@@ -129,20 +140,20 @@ class ModelInputs:
                 # evaluation): how often a sample repeats by itself (a tiny input space, a generator);
                 # evaluation samples match training ones at that rate by chance
                 probe["done"] = probe["rows"] >= TRAIN_REPEAT_PROBE or bool(self.eval_groups) or \
-                    any(p.closed and p.steps for p in self.passes)
+                    any(p.closed and p.steps for p in self.w.loaders.passes)
                 if not probe["done"]:
                     probe["rows"] += len(hashes)
                     probe["repeats"] += sum(h in self.train_hashes for h in hashes)
             if len(self.train_hashes) < 500_000:
                 self.train_hashes.update(hashes)
         else:
-            cur = self.cur_pass if self.cur_pass is not None and not self.cur_pass.closed else None
+            cur = self.w.loaders.cur_pass if self.w.loaders.cur_pass is not None and not self.w.loaders.cur_pass.closed else None
             key = cur.index if cur is not None else None
-            if not self._eval_group_open or not self.eval_groups or self.eval_groups[-1]["key"] != key:
-                self.eval_groups.append({"key": key, "hashes": [], "where": user_where(), "step": self.steps,
+            if not self.eval_group_open or not self.eval_groups or self.eval_groups[-1]["key"] != key:
+                self.eval_groups.append({"key": key, "hashes": [], "where": user_where(), "step": self.w.steps,
                                          "root": root,
                                          "dataset": id(getattr(cur.loader, "dataset", None)) if cur else None})
-                self._eval_group_open = True
+                self.eval_group_open = True
             group = self.eval_groups[-1]
             if len(group["hashes"]) < 100_000:
                 hashes = [hash((root, r.tobytes())) for r in rows]

@@ -30,7 +30,7 @@ class OutputTap:
         n = self._tw_stream.write(text)
         if self._tw_on:
             try:
-                w = self._tw_watcher
+                w = self._tw_watcher.loaders  # the printed text belongs to the loader passes' time line
                 if isinstance(text, str) and w.train_passes_ended and w.printed_chars < self.MAX_CHARS \
                         and any(c.isdigit() for c in text):
                     w.printed_chars += len(text)

@@ -143,7 +143,7 @@ class CallProbes:
         if rec.collapse_at is None and rec.lr_first and lr < rec.lr_first / 100:
             rec.collapse_at = rec.calls
         rec.ended_at_step = self.w.steps
-        p = self.w.cur_pass
+        p = self.w.loaders.cur_pass
         if p is None or p.ended or p.steps == 0:
             return  # between epochs: where an epoch scheduler belongs
         rec.per_pass[p.index] = rec.per_pass.get(p.index, 0) + 1
@@ -158,7 +158,7 @@ class CallProbes:
         if not is_user_file(sys._getframe(2).f_code.co_filename):
             return
         rec = self.plateaus.setdefault(id(sched), PlateauCalls())
-        evals = self.w.eval_forwards
+        evals = self.w.models.eval_forwards
         if evals == self._plateau_eval_mark.get(id(sched), 0):
             rec.where = rec.where or user_where(3)
         else:
@@ -181,7 +181,7 @@ class CallProbes:
             if params and not grads:
                 self.clip_useless = {"call": name, "reason": "none of the parameters has a gradient (.grad is None)",
                                      "where": user_where(3), "step": self.w.steps}
-            elif self.w.stepped_since_backward and self.w.backwards > 0:
+            elif self.w.optim_steps.stepped_since_backward and self.w.loss_watch.backwards > 0:
                 self.clip_useless = {"call": name, "reason": "after optimizer.step(), before the next backward()",
                                      "where": user_where(3), "step": self.w.steps}
         if self.clip_scaled is None and grads:
@@ -195,7 +195,7 @@ class CallProbes:
     # ------------------------------------------------------------------ distributed sampling
 
     def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        p = self.w.cur_pass
+        p = self.w.loaders.cur_pass
         if self.ddp_unsharded is not None or p is None or p.ended or id(p.loader) in self._loaders_checked:
             return
         self._loaders_checked.add(id(p.loader))

@@ -6,17 +6,20 @@ gradients' clearing, the update sizes in deep steps); the model and backward hoo
 """
 from __future__ import annotations
 
-import time
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from torchwise.diagnose.checks import accumulation
 from torchwise.diagnose.checks import graph_uses
 from torchwise.diagnose.deep_steps import OP_HUNT_STEPS
+from torchwise.diagnose.health import CheckerHealth
+from torchwise.diagnose.objective import Objectives
 from torchwise.diagnose.tensors import compiling, quiet
 from torchwise.diagnose.user_code import user_where
+from torchwise.diagnose.watch_parts import DeepView, InputsView, LossesView, ModelsView, PassesView
+
 
 
 def _unserializable(fn):
@@ -24,22 +27,42 @@ def _unserializable(fn):
     return torch.utils.hooks.unserializable_hook(fn)
 
 
-class StepHooks:
-    """The Watcher's part that sees each optimizer step (global hooks, the optimizer's own hooks, or a
-    hand-written update found by the function mode) and closes the step."""
+class StepsWatcher(Protocol):
+    """What StepHooks reads (and, for the run's step count and the NaN hunt, writes) of the Watcher."""
+    health: CheckerHealth
+    deep: DeepView                 # decides at each step whether the next is deep
+    loaders: PassesView
+    inputs: InputsView
+    loss_watch: LossesView
+    models: ModelsView
+    objective: Objectives
+    steps: int                      # the optimizer steps so far: the run's clock, counted here
+    max_steps: int | None
+    driven: bool
+    accum: dict[int, dict] | None
+    graph_uses: list[dict]
+    global_mode: bool
 
-    def _init_steps(self) -> None:
-        self.steps = 0
+    def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
+
+
+class StepHooks:
+    """The Watcher's part (w.optim_steps) that sees each optimizer step (global hooks, the optimizer's own hooks,
+    or a hand-written update found by the function mode) and closes the step."""
+
+    def __init__(self, w: StepsWatcher):
+        self.w = w
+        self.deep = w.deep  # read by every hook: one lookup
         self.optimizers: list[torch.optim.Optimizer] = []
         self.opt_param_ids: set[int] = set()
-        self._local_opts: set[int] = set()
+        self.local_opts: set[int] = set()
         self.step_where: str | None = None
         # optimizer-level evidence (deep steps)
         self.grad_records: list[dict] = []
         self.update_ratios: list[tuple[int, float]] = []
         self.snap: list | None = None
         self.zero_sample: list = []
-        self._grad_hooks: dict[int, Any] = {}
+        self.grad_hooks: dict[int, Any] = {}
         self._zg_state: dict[int, str] = {}
         self._zg_params: dict[int, Any] = {}
         self._zg_where: str | None = None
@@ -56,18 +79,18 @@ class StepHooks:
         # hand-written updates (no optimizer object): parameters written in place after a backward()
         self.manual_watch = False       # on once a backward() has run and no optimizer has stepped
         self.manual_steps = 0
-        self._param_ptrs: dict[int, int] = {}  # storage address -> id(param), for p.data.add_(...)
-        self._manual_since_backward = False
+        self.param_ptrs: dict[int, int] = {}  # storage address -> id(param), for p.data.add_(...)
+        self.manual_since_backward = False
 
-    def _on_step_pre(self, opt, args=(), kwargs=None):
+    def on_step_pre(self, opt, args=(), kwargs=None):
         if compiling():
             return
-        self.maybe_stop()
+        self.w.health.maybe_stop()
         try:
             with quiet():
                 self._on_step_pre_impl(opt, args, kwargs)
         except Exception as exc:
-            self.internal_error("optimizer step pre-hook", exc)
+            self.w.health.internal_error("optimizer step pre-hook", exc)
 
     def _watch_grad_clearing(self, params: list) -> None:
         """Check that the gradient this step consumed is cleared before the optimizer uses these params again.
@@ -81,7 +104,7 @@ class StepHooks:
         for p in params:
             pid = id(p)
             self._zg_state[pid] = "consumed"
-            if pid in self._grad_hooks:
+            if pid in self.grad_hooks:
                 continue
             ref = weakref.ref(p)
 
@@ -96,10 +119,10 @@ class StepHooks:
                     self._zg_state[pid] = "fresh"
                 elif state == "consumed":
                     self._zg_state[pid] = "stale"
-                    self._zg_where = user_where() or self.backward_where
+                    self._zg_where = user_where() or self.w.loss_watch.backward_where
                 return None
 
-            self._grad_hooks[pid] = p.register_hook(hook)
+            self.grad_hooks[pid] = p.register_hook(hook)
             self._zg_params[pid] = ref
 
     def _verdict_grad_clearing(self, opt) -> None:
@@ -113,7 +136,7 @@ class StepHooks:
         for pid in mine:
             state = self._zg_state.pop(pid)
             ref = self._zg_params.pop(pid, None)
-            handle = self._grad_hooks.pop(pid, None)
+            handle = self.grad_hooks.pop(pid, None)
             if handle is not None:
                 handle.remove()
             param = ref() if ref is not None else None
@@ -126,7 +149,7 @@ class StepHooks:
         if stale:
             rec[1] += 1
             rec[2] = rec[2] or self._zg_where
-            self._hit("missing-zero-grad", where=self._zg_where)
+            self.w.hit("missing-zero-grad", where=self._zg_where)
 
     def _opt_ids(self, opt) -> set[int]:
         key = id(opt)
@@ -136,7 +159,7 @@ class StepHooks:
             self._opt_id_cache[key] = ids
         return ids
 
-    def _add_optimizer(self, opt: torch.optim.Optimizer) -> None:
+    def add_optimizer(self, opt: torch.optim.Optimizer) -> None:
         if any(o is opt for o in self.optimizers):
             return
         self.optimizers.append(opt)
@@ -147,113 +170,107 @@ class StepHooks:
         """A hand-written update (`p -= lr * p.grad`, `p.data.add_(...)`, `w1 -= lr * w1.grad` on bare tensors):
         the first in-place write to a model parameter, or to a leaf tensor with a gradient, after a
         backward() is one optimizer step, so the run's training is seen."""
-        if not self._manual_since_backward or not args or not isinstance(args[0], torch.Tensor):
+        if not self.manual_since_backward or not args or not isinstance(args[0], torch.Tensor):
             return
         t = args[0]
         try:
             if torch.is_grad_enabled() and t.requires_grad:
                 return  # not an update: autograd would refuse an in-place write to a leaf that needs grad
-            if self._param_ptrs.get(t.untyped_storage().data_ptr()) is None and not (
+            if self.param_ptrs.get(t.untyped_storage().data_ptr()) is None and not (
                     t.is_leaf and t.requires_grad and t.grad is not None):
                 return  # neither a model's parameter nor a bare leaf tensor that backward() gave a gradient
         except Exception:  # a tensor without storage (a subclass, meta): not a parameter of ours
             return
-        self._manual_since_backward = False
+        self.manual_since_backward = False
         self.manual_steps += 1
         if self.step_where is None:
             self.step_where = user_where()
-        self._after_step()
+        self.after_step()
 
     def _on_step_pre_impl(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
-        if self._global and id(opt) in self._local_opts:
+        if self.w.global_mode and id(opt) in self.local_opts:
             return
-        self.manual_watch = self._manual_since_backward = False
-        self._add_optimizer(opt)
-        self.objective.on_step(opt)
+        self.manual_watch = self.manual_since_backward = False
+        self.add_optimizer(opt)
+        self.w.objective.on_step(opt)
         for g in opt.param_groups:  # param groups added later with add_param_group
             self.opt_param_ids.update(id(p) for p in g["params"])
-        self._note_autocast("step", next((p for g in opt.param_groups for p in g["params"]), None))
+        self.w.loss_watch.note_autocast("step", next((p for g in opt.param_groups for p in g["params"]), None))
         if self.step_where is None:
             self.step_where = user_where()
         self._verdict_grad_clearing(opt)
-        if self.accum is not None:
-            accumulation.accum_on_step(self, opt)
-        if self._pending_evalmode_train is not None:
-            self._hit("train-mode-missing", where=self._pending_evalmode_train)
-            self._pending_evalmode_train = None
-        if not self._deep:
+        if self.w.accum is not None:
+            accumulation.accum_on_step(self.w, opt)
+        if self.w.models.pending_evalmode_train is not None:
+            self.w.hit("train-mode-missing", where=self.w.models.pending_evalmode_train)
+            self.w.models.pending_evalmode_train = None
+        if not self.deep.active:
             return
         try:
             from torchwise.diagnose.checks import optim
-            optim.inspect_step_pre(self, opt)
+            optim.inspect_step_pre(self.w, opt)
         except Exception as exc:
-            self.internal_error("optimizer step pre-hook (deep)", exc)
+            self.w.health.internal_error("optimizer step pre-hook (deep)", exc)
 
-    def _on_step_post(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
-        if self._global and id(opt) in self._local_opts:
+    def on_step_post(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
+        if self.w.global_mode and id(opt) in self.local_opts:
             return
-        if self._deep and self.snap is not None:
+        if self.deep.active and self.snap is not None:
             try:
                 with quiet():
                     from torchwise.diagnose.checks import optim
-                    optim.inspect_step_post(self, opt)
+                    optim.inspect_step_post(self.w, opt)
             except Exception as exc:
-                self.internal_error("optimizer step post-hook", exc)
+                self.w.health.internal_error("optimizer step post-hook", exc)
         # driven: the loop clears gradients itself, and the tensor hooks would outlive the deep step
-        if self._deep and self.zero_sample and not self.driven:
+        if self.deep.active and self.zero_sample and not self.w.driven:
             try:
                 with quiet():
                     self._watch_grad_clearing(self.zero_sample)
             except Exception as exc:
-                self.internal_error("zero_grad watch", exc)
+                self.w.health.internal_error("zero_grad watch", exc)
         self.zero_sample = []
         self.snap = None
-        if not self.driven:  # driven: end_step() does the bookkeeping, also for steps without hooks
-            self._after_step()
+        if not self.w.driven:  # driven: end_step() does the bookkeeping, also for steps without hooks
+            self.after_step()
 
-    def _after_step(self) -> None:
-        self.steps += 1
+    def after_step(self) -> None:
+        self.w.steps += 1
         self.stepped_since_backward = True
         self.backward_since_step = 0
-        if self.graph_uses:
-            graph_uses.settle_graph_uses(self)
-        if self.cur_pass is not None and not self.cur_pass.closed:
-            self.cur_pass.steps += 1
-        if self._after_epoch:
-            if not self._eval_since_epoch:
-                self.epoch_without_eval = True
-            self._after_epoch = False
-        self._eval_group_open = False
-        if self.op_hunt and self.steps >= min(self.deep_first, OP_HUNT_STEPS) and \
-                self.first_nonfinite_loss_step is None and self.nonfinite_culprit is None:
-            self.op_hunt = False
-        if self._deep and self._bw_refs:
+        if self.w.graph_uses:
+            graph_uses.settle_graph_uses(self.w)
+        self.w.loaders.note_step()
+        self.w.inputs.eval_group_open = False
+        if self.deep.op_hunt and self.w.steps >= min(self.deep.deep_first, OP_HUNT_STEPS) and \
+                self.deep.first_nonfinite_loss_step is None and self.deep.nonfinite_culprit is None:
+            self.deep.op_hunt = False
+        if self.deep.active and self.w.loss_watch.bw_refs:
             with quiet():
-                self._check_retained_losses()
-        want = self._want_deep()
-        if want != self._deep:
-            self._set_deep(want)
+                self.w.loss_watch.check_retained_losses()
+        want = self.deep.want_deep()
+        if want != self.deep.active:
+            self.deep.set_deep(want)
         else:
-            self._stack.clear()
-        self._fwd_since_step = 0
-        self._idle_since = time.perf_counter()
-        if self.max_steps and self.steps >= self.max_steps:
-            enough = (self.eval_seen or self.epoch_without_eval or not self.passes
-                      or self.steps >= self._step_cap())
+            self.w.models.stack.clear()
+        self.w.health.note_step()
+        if self.w.max_steps and self.w.steps >= self.w.max_steps:
+            enough = (self.w.loaders.eval_seen or self.w.loaders.epoch_without_eval or not self.w.loaders.passes
+                      or self.w.steps >= self._step_cap())
             if enough:
-                self.request_stop(f"--max-steps {self.max_steps} reached")
+                self.w.health.request_stop(f"--max-steps {self.w.max_steps} reached")
 
     def _step_cap(self) -> int:
         """Past --max-steps with no evaluation seen yet: how long to wait for one. Twice --max-steps, or up to
         10x when the first epoch is known to end within that (the evaluation usually follows an epoch):
         a verdict on validation needs a validation to look at."""
-        cap = 2 * self.max_steps
-        first = next((p for p in self.passes if p.steps > 0), None)
+        cap = 2 * self.w.max_steps
+        first = next((p for p in self.w.loaders.passes if p.steps > 0), None)
         if first is not None and not first.closed:
             try:
                 n = len(first.loader)
             except TypeError:  # an iterable loader without a length
                 return cap
-            if n <= 10 * self.max_steps:
+            if n <= 10 * self.w.max_steps:
                 cap = max(cap, n + 1)
         return cap

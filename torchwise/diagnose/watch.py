@@ -43,14 +43,15 @@ API for the Trainer (and anyone driving the loop themselves)::
 The overfit-one-batch sanity test is `torchwise.script_check.sanity.overfit_one_batch(model, inputs,
 targets, loss_fn)` (works on a copy). Measured cost of the Trainer path: bench/bench_check_overhead.py.
 
-The Watcher is assembled from parts, each in a module of its own, each setting up the state it owns in an
-`_init_<part>()` called from Watcher.__init__ (the detectors in checks/ read that state by the same names):
-health.py (its own failures, stopping a checked script), deep_steps.py (which steps are deep, NaN hunts),
-model_hooks.py (the models' forwards), model_inputs.py (what the models are fed), step_hooks.py
-(optimizer steps), backward_hooks.py (losses and backward()), loader_passes.py (DataLoader passes),
-function_mode.py (the TorchFunctionMode and the warnings raised inside torch calls) and output_tap.py
-(what a checked script prints). This module puts them together, attaches and detaches them, and holds
-the loop-facing API and the results.
+The Watcher is composed of parts, each an object in a module of its own that owns its state and sees the
+Watcher through a Protocol of what it reads (the detectors in checks/ read the evidence as w.<part>.<name>):
+w.health (health.py: its own failures, stopping a checked script), w.deep (deep_steps.py: which steps are
+deep, NaN hunts), w.models (model_hooks.py: the models' forwards), w.inputs (model_inputs.py: what the
+models are fed), w.optim_steps (step_hooks.py: optimizer steps), w.loss_watch (backward_hooks.py: losses and
+backward()) and w.loaders (loader_passes.py: DataLoader passes); function_mode.py (the TorchFunctionMode and
+the warnings raised inside torch calls) and output_tap.py (what a checked script prints) are its helpers.
+The Watcher itself holds the run's clock (steps) and mode, creates the parts, attaches and detaches their
+hooks, and holds the loop-facing API and the results.
 """
 from __future__ import annotations
 
@@ -67,14 +68,15 @@ from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks import followed
 from torchwise.diagnose.deep_steps import NONFINITE_HUNT_STEPS, OP_HUNT_STEPS, DeepSteps
 from torchwise.diagnose.function_mode import FunctionMode
-from torchwise.diagnose.health import IDLE_FORWARDS, STRICT_ENV, SWALLOWED_STOPS, Health, StopScript
-from torchwise.diagnose.loader_passes import LoaderPasses, PassInfo
-from torchwise.diagnose.model_hooks import ModelHooks, RootInfo
+from torchwise.diagnose.health import IDLE_FORWARDS, STRICT_ENV, SWALLOWED_STOPS, CheckerHealth, StopScript
+from torchwise.diagnose.loader_passes import LoaderPasses
+from torchwise.diagnose.model_hooks import ModelHooks
 from torchwise.diagnose.model_inputs import TRAIN_REPEAT_PROBE, ModelInputs
 from torchwise.diagnose.objective import Objectives
 from torchwise.diagnose.output_tap import OutputTap
 from torchwise.diagnose.step_hooks import StepHooks
 from torchwise.diagnose.user_code import user_where
+from torchwise.diagnose.watch_parts import PassInfo, RootInfo
 
 # the names this module has always offered (the runner, the Trainer, follow and the tests import them here)
 __all__ = ["IDLE_FORWARDS", "NONFINITE_HUNT_STEPS", "OP_HUNT_STEPS", "STRICT_ENV", "SWALLOWED_STOPS",
@@ -83,37 +85,38 @@ __all__ = ["IDLE_FORWARDS", "NONFINITE_HUNT_STEPS", "OP_HUNT_STEPS", "STRICT_ENV
 _NULL_SCOPE = contextlib.nullcontext()  # reusable: entering it twice is fine
 
 
-class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBackward, LoaderPasses):
+class Watcher:
     """Collects evidence from a training run and turns it into findings (see the module doc)."""
 
     def __init__(self, *, check_mode: bool = False, max_steps: int | None = None,
                  deep_first: int | None = None, deep_every: int | None = None,
                  hash_rows: bool | None = None, deep_budget: float = 0.01):
         self.check_mode = check_mode
+        self.health = CheckerHealth(check_mode)  # its own failures and the stop of a checked script
+        self.deep = DeepSteps(self, check_mode, deep_first, deep_every, deep_budget)  # which steps are deep
+        self.loaders = LoaderPasses(self)        # the passes over DataLoaders: the run's epochs and evaluations
+        self.inputs = ModelInputs(self, check_mode if hash_rows is None else hash_rows)  # what the models are fed
+        self.loss_watch = LossAndBackward(self)  # the losses and backward() calls
+        self.models = ModelHooks(self)           # which modules are models, and their forwards
+        self.optim_steps = StepHooks(self)       # the optimizer steps (and hand-written updates)
         self.driven = False
         # the names of the class indices, when the run knows them (torchwise train: the folder names); findings
         # about classes say "class 3 ('dog')" instead of an index the user has to look up
         self.class_names: list[str] | None = None
         self.max_steps = max_steps or None
-        self._phase: str | None = None  # what phase() last said
+        self.steps = 0  # optimizer steps so far (counted by optim_steps): the clock every part and detector reads
+        self.phase_now: str | None = None  # what phase() last said the loop does ('train', 'eval'), or None
         self._loss_scope = False
-        self._attached = False
-        self._global = False
+        self.attached = False
+        self.global_mode = False
         self.handles: list = []
         self.patches: list[tuple[Any, str, Any]] = []
-        self._mode: FunctionMode | None = None
+        self.function_mode: FunctionMode | None = None
         self.hits: dict[str, int] = {}
         self.hit_where: dict[str, str | None] = {}
         self.hit_info: dict[str, dict] = {}
         self.calls: Any = None  # probes.CallProbes in global mode: schedulers, clipping, GradScaler, DDP
         self._findings: list[Finding] | None = None
-        self._init_health()
-        self._init_deep(check_mode, deep_first, deep_every, deep_budget)
-        self._init_models()
-        self._init_inputs(check_mode if hash_rows is None else hash_rows)
-        self._init_steps()
-        self._init_losses()
-        self._init_loaders()
         self._init_detectors_evidence()
 
     def _init_detectors_evidence(self) -> None:
@@ -130,7 +133,7 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
         self.accum: dict[int, dict] | None = None               # per optimizer; only with the backward patch
         self.objective = Objectives()  # what each optimizer is trained on (diagnose/objective.py)
 
-    def _hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None:
+    def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None:
         """Count one sighting of mistake `id` (the first one's line and what it carried are kept)."""
         self.hits[id] = self.hits.get(id, 0) + 1
         if id not in self.hit_where:
@@ -146,53 +149,53 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
         process is watched (what `torchwise check` does); otherwise only the given ones.
         driven=True (local mode only): the loop calls end_step() after each step, and the per-step
         hooks exist only in deep steps and evaluation passes."""
-        if self._attached:
+        if self.attached:
             return self
-        self._attached = True
-        self._global = (model is None) if global_hooks is None else global_hooks
-        self.driven = driven and not self._global
-        self._next_deep = self.deep_every
+        self.attached = True
+        self.global_mode = (model is None) if global_hooks is None else global_hooks
+        self.driven = driven and not self.global_mode
+        self.deep.next_deep = self.deep.deep_every
         if model is not None:
-            self._add_root(model)
+            self.models.add_root(model)
         if optimizer is not None:
-            self._add_optimizer(optimizer)
-            if not self._global:
-                self._local_opts.add(id(optimizer))
+            self.optim_steps.add_optimizer(optimizer)
+            if not self.global_mode:
+                self.optim_steps.local_opts.add(id(optimizer))
                 if not self.driven:
-                    self.handles.append(optimizer.register_step_pre_hook(self._on_step_pre))
-                    self.handles.append(optimizer.register_step_post_hook(self._on_step_post))
+                    self.handles.append(optimizer.register_step_pre_hook(self.optim_steps.on_step_pre))
+                    self.handles.append(optimizer.register_step_post_hook(self.optim_steps.on_step_post))
         if not self.driven:
             # The models' own hook dicts stay untouched: a hook stored in a module is pickled by
             # torch.save(model), copied by deepcopy and compiled by torch.jit.script.
             from torch.nn.modules.module import register_module_forward_pre_hook
-            self.handles.append(register_module_forward_pre_hook(self._global_root_pre))
-        if self._global:
+            self.handles.append(register_module_forward_pre_hook(self.models.global_root_pre))
+        if self.global_mode:
             from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-            self.handles.append(register_optimizer_step_pre_hook(self._on_step_pre))
-            self.handles.append(register_optimizer_step_post_hook(self._on_step_post))
-            self.patch_backward()
-            self.patch_dataloader()
+            self.handles.append(register_optimizer_step_pre_hook(self.optim_steps.on_step_pre))
+            self.handles.append(register_optimizer_step_post_hook(self.optim_steps.on_step_post))
+            self.loss_watch.patch_backward()
+            self.loaders.patch_dataloader()
             from torchwise.diagnose.probes import CallProbes
             self.calls = CallProbes(self)
             self.calls.install()
             self.enter_function_mode()
-        self._set_deep(True)
+        self.deep.set_deep(True)
         return self
 
     def enter_function_mode(self) -> None:
         """Enter the TorchFunctionMode that sees functional losses, relu and accumulation (global mode, or a
         user's own loop under watch(model)); detach() leaves it."""
-        self._mode = FunctionMode(self)
+        self.function_mode = FunctionMode(self)
         self._mode_paused = False
-        self._mode.__enter__()
+        self.function_mode.__enter__()
 
     def pause_function_mode(self, paused: bool) -> None:
         """Between deep steps the function mode sees nothing it keeps, yet every torch call would pass through
         it: it leaves the mode stack after a deep step and comes back before the next one. Only while it is the
         top of the stack (a mode the script entered later stays where it is, and ours waits until the stack
         is empty again), and not before the first optimizer step (a hand-written update is found through it)."""
-        mode = self._mode
-        if mode is None or self.driven or not self.optimizers or self.manual_watch:
+        mode = self.function_mode
+        if mode is None or self.driven or not self.optim_steps.optimizers or self.optim_steps.manual_watch:
             return
         from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
         stack = _get_current_function_mode_stack()
@@ -205,47 +208,55 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
 
     def detach(self) -> None:
         """Remove every hook and patch. Findings stay available."""
-        if not self._attached:
+        if not self.attached:
             return
-        self._set_deep(False)
-        if self._mode is not None:
-            self._mode.active = False
+        self.deep.set_deep(False)
+        if self.function_mode is not None:
+            self.function_mode.active = False
             try:
                 from torch.overrides import _get_current_function_mode_stack
                 stack = _get_current_function_mode_stack()
-                if stack and stack[-1] is self._mode:
-                    self._mode.__exit__(None, None, None)
+                if stack and stack[-1] is self.function_mode:
+                    self.function_mode.__exit__(None, None, None)
                 # else: the user entered a mode of their own on top and has not left it; ours stays
                 # underneath, inert, rather than popping theirs
             except Exception:
                 pass
-            self._mode = None
-        for h in list(self.handles) + list(self._grad_hooks.values()) + self._driven_handles:
+            self.function_mode = None
+        for h in list(self.handles) + list(self.optim_steps.grad_hooks.values()) + self.deep.driven_handles:
             h.remove()
         self.handles.clear()
-        self._driven_handles.clear()
-        self._grad_hooks.clear()
-        for info in self.roots.values():
+        self.deep.driven_handles.clear()
+        self.optim_steps.grad_hooks.clear()
+        for info in self.models.roots.values():
             for h in info.handles:
                 h.remove()
             info.handles.clear()
         for owner, name, original in reversed(self.patches):
             setattr(owner, name, original)
         self.patches.clear()
-        self._attached = False
+        self.attached = False
 
     # ------------------------------------------------------------------ trainer-facing API
 
+    def attach_loaders(self, train: Any = None, val: Any = None) -> None:
+        """Tell the Watcher which loaders are which (Trainer); their passes are then tracked."""
+        self.loaders.attach(train, val)
+
     def phase(self, name: str) -> None:
         """'train' or 'eval': what the loop does from now on (for loops the Watcher cannot infer)."""
-        self._phase = name
+        self.phase_now = name
         if self.driven:
-            self._sync_driven_hooks()
+            self.deep.sync_driven_hooks()
+
+    def end_step(self, stepped: bool = True, nonfinite_loss: bool = False, loss: float | None = None) -> None:
+        """Driven mode: one training step is over (see DeepSteps.end_step)."""
+        self.deep.end_step(stepped, nonfinite_loss, loss)
 
     @property
-    def phase_now(self) -> str | None:
-        """What phase() last said the loop does ('train', 'eval'), or None when nothing said it."""
-        return self._phase
+    def is_deep(self) -> bool:
+        """Whether the step now running is a deep one (expensive observations on)."""
+        return self.deep.active
 
     @property
     def in_loss_scope(self) -> bool:
@@ -254,7 +265,7 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
 
     def loss_scope(self):
         """Wrap the loss computation: functional losses inside are inspected in deep steps."""
-        if not self._deep or self._mode is not None:
+        if not self.deep.active or self.function_mode is not None:
             return _NULL_SCOPE  # most steps: no generator-based context manager to build
         return self._deep_loss_scope()
 
@@ -270,37 +281,39 @@ class Watcher(Health, DeepSteps, ModelHooks, ModelInputs, StepHooks, LossAndBack
 
     def observe_backward(self, loss: torch.Tensor) -> None:
         """Call just before loss.backward() when the Watcher is not in global mode."""
-        if self._global:
+        if self.global_mode:
             return
-        if self.driven and not self._deep:
-            self.backwards += 1  # the loss value comes with end_step()
+        if self.driven and not self.deep.active:
+            self.loss_watch.backwards += 1  # the loss value comes with end_step()
             return
-        if self._deep and isinstance(loss, torch.Tensor):
+        if self.deep.active and isinstance(loss, torch.Tensor):
             self.objective.on_backward(loss)
-        self.on_backward(loss)
+        self.loss_watch.on_backward(loss)
 
     # ------------------------------------------------------------------ results
 
     def findings(self) -> list[Finding]:
         """Decide on everything observed so far. Cheap; safe to call more than once."""
-        for p in self.passes:
-            if not p.closed and p is not self.cur_pass:
-                self.end_pass(p)
+        for p in self.loaders.passes:
+            if not p.closed and p is not self.loaders.cur_pass:
+                self.loaders.end_pass(p)
         from torchwise.diagnose import checks
         return checks.decide_all(self)
 
     def loss_values(self) -> list[float]:
-        if not self.losses:
+        if not self.loss_watch.losses:
             return []
         if self.driven:  # end_step() brought floats
-            return [float(v) for v in self.losses]
-        return [float(v) for v in torch.stack([v.reshape(()).float().cpu() for v in self.losses]).tolist()]
+            return [float(v) for v in self.loss_watch.losses]
+        return [float(v) for v in torch.stack([v.reshape(()).float().cpu() for v in self.loss_watch.losses]).tolist()]
 
     def report(self, findings: list[Finding] | None = None) -> dict[str, Any]:
         found = self.findings() if findings is None else findings
-        return {"findings": [f.to_dict() for f in found], "steps": self.steps, "backward_calls": self.backwards,
-                "models": [r.label for r in self.roots.values()], "optimizers": [type(o).__name__ for o in self.optimizers],
-                "data_loader_passes": len(self.passes)}
+        return {"findings": [f.to_dict() for f in found], "steps": self.steps,
+                "backward_calls": self.loss_watch.backwards,
+                "models": [r.label for r in self.models.roots.values()],
+                "optimizers": [type(o).__name__ for o in self.optim_steps.optimizers],
+                "data_loader_passes": len(self.loaders.passes)}
 
     def render(self, findings: list[Finding] | None = None) -> str:
         found = self.findings() if findings is None else findings
@@ -331,8 +344,8 @@ def watch(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | Non
     w.attach(model, optimizer, global_hooks=model is None)
     if model is not None:
         # a user's own loop: losses and backward are only visible through the global patches
-        w.patch_backward()
-        w.patch_dataloader()
+        w.loss_watch.patch_backward()
+        w.loaders.patch_dataloader()
         w.enter_function_mode()
     try:
         yield w

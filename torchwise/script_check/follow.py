@@ -67,11 +67,11 @@ class _Worker:
             w.detach()
             found = w.findings()
             data = {"label": label, "pid": os.getpid(), "steps": w.steps, "stopped": stopped,
-                    "stop_reason": w.stop_reason, "findings": [f.to_dict() for f in found],
+                    "stop_reason": w.health.stop_reason, "findings": [f.to_dict() for f in found],
                     "internal_errors": [{k: v for k, v in e.items() if k != "traceback"}
-                                        for e in w.internal_errors],
-                    "coverage": checks.coverage(w, workers=[], stop_reason=w.stop_reason,
-                                                internal_errors=len(w.internal_errors))}
+                                        for e in w.health.internal_errors],
+                    "coverage": checks.coverage(w, workers=[], stop_reason=w.health.stop_reason,
+                                                internal_errors=len(w.health.internal_errors))}
             path = os.path.join(self.out_dir, f"worker-{os.getpid()}.json")
             try:
                 with open(path + ".tmp", "w", encoding="utf-8") as fh:
@@ -107,7 +107,7 @@ class Followed:
                     target = _Worker(target, follow.out_dir, follow.max_steps,
                                      f"process {name or follow.started}")
             except Exception as exc:
-                follow.watcher.internal_error("process follower", exc)
+                follow.watcher.health.internal_error("process follower", exc)
             original(proc, group, target, name, args, kwargs if kwargs is not None else {}, daemon=daemon)
 
         mpp.BaseProcess.__init__ = __init__

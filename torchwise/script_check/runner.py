@@ -122,7 +122,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
 
     args = list(args or [])
     watcher = Watcher(check_mode=True, max_steps=max_steps or None)
-    watcher.capture_overfit = overfit
+    watcher.inputs.capture_overfit = overfit
     saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [script] + args
     if not module:
@@ -139,7 +139,7 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
         sys.stderr.flush()
         os._exit(code)
 
-    watcher.on_force_stop = force_stop
+    watcher.health.on_force_stop = force_stop
     watcher.attach()
     workers.install()
     taps = _tap_output(watcher)
@@ -195,13 +195,13 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
     overfit_result = None
     if overfit:
         from torchwise.script_check.sanity import overfit_from_capture
-        overfit_result = overfit_from_capture(watcher.overfit_capture)
+        overfit_result = overfit_from_capture(watcher.inputs.overfit_capture)
         if overfit_result.get("finding") is not None:
             findings = findings + [overfit_result["finding"]]
     findings = workers.merge_findings(findings)
     steps = watcher.steps + workers.steps
-    errors = list(watcher.internal_errors) + workers.internal_errors
-    coverage = checks.coverage(watcher, workers=workers.summaries, stop_reason=watcher.stop_reason,
+    errors = list(watcher.health.internal_errors) + workers.internal_errors
+    coverage = checks.coverage(watcher, workers=workers.summaries, stop_reason=watcher.health.stop_reason,
                                internal_errors=len(errors))
     coverage["processes_unseen"] = max(0, workers.started - len(workers.summaries))  # killed, or crashed early
     report = watcher.report(findings)
@@ -218,5 +218,5 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
     return RunResult(script=script, findings=findings, steps=steps, stopped_early=state["stopped"],
                      error=state["error"], traceback=state["tb"], translation=state["translation"],
                      exit_code=state["exit_code"], exit_where=state["exit_where"],
-                     interrupted=state["interrupted"], stop_reason=watcher.stop_reason, coverage=coverage,
-                     internal_errors=errors, strict=watcher.strict, report=report, overfit=overfit_result)
+                     interrupted=state["interrupted"], stop_reason=watcher.health.stop_reason, coverage=coverage,
+                     internal_errors=errors, strict=watcher.health.strict, report=report, overfit=overfit_result)

@@ -166,9 +166,7 @@ def several_package_bases(root: Path = ROOT) -> dict[str, int]:
 
 # Classes made of several of the package's classes (mixins spreading one object over files), each with why
 # it is still one; the test fails on any other and on a listed one that no longer is (so the list only shrinks).
-KNOWN_MIXINS: dict[str, str] = {
-    "torchwise/diagnose/watch.py:Watcher": "the checker's watcher: composition is its own change",
-}
+KNOWN_MIXINS: dict[str, str] = {}
 
 
 def _check(found: set[str], known: set[str], what: str, fix: str) -> None:

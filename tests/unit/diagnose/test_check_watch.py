@@ -296,7 +296,7 @@ def test_backward_and_step_inside_autocast_are_found_and_forward_only_autocast_i
             assert ev["backward calls in autocast"] == ev["backward calls"] == 30
             assert ev["steps in autocast"] == ev["steps"] == 30 and ev["autocast"] == "cpu, bfloat16"
         else:
-            assert found == {} and w.autocast_use["backward"] == w.autocast_use["step"] == 30
+            assert found == {} and w.loss_watch.autocast_use["backward"] == w.loss_watch.autocast_use["step"] == 30
 
 
 def _texts(n=480, seed=0):
@@ -392,7 +392,7 @@ def test_driven_watcher_never_reports_cudnn_benchmark(restore_benchmark):
         w.end_step(loss=loss.item())
     w.detach()
     assert "cudnn-benchmark-varying-shapes" not in [f.id for f in w.findings()]
-    assert w.bench_shapes["shapes"] == {} and w.steps == 30
+    assert w.inputs.bench_shapes["shapes"] == {} and w.steps == 30
 
 
 def test_trainer_under_a_global_watch_is_reported_for_neither_benchmark_nor_autocast(restore_benchmark):
@@ -405,4 +405,4 @@ def test_trainer_under_a_global_watch_is_reported_for_neither_benchmark_nor_auto
                                    max_epochs=2, precision="bf16", progress=False).fit()
     ids = {f.id for f in w.findings()} | {f["id"] for f in result.findings}
     assert not ids & {"cudnn-benchmark-varying-shapes", "backward-in-autocast"}, ids
-    assert w.steps == 60 and w.autocast_use["backward"] > 0 and w.autocast_use["backward_in"] == 0
+    assert w.steps == 60 and w.loss_watch.autocast_use["backward"] > 0 and w.loss_watch.autocast_use["backward_in"] == 0

@@ -40,14 +40,14 @@ def decide_all(w) -> list[Finding]:
     try:
         ls = loss_summary(w)
     except Exception as exc:  # a detector's failure is the checker's bug: counted and shown, never the script's
-        w.internal_error("loss summary", exc)
+        w.health.internal_error("loss summary", exc)
         ls = {"n": 0, "first_bad": None, "first_bad_step": None, "finite": [], "learned": False}
     found: list[Finding] = []
     for name, module in fam.items():
         try:
             found += module.decide(w, ls) if name in ("optim", "model") else module.decide(w)
         except Exception as exc:
-            w.internal_error(f"detectors in checks/{name}.py", exc)
+            w.health.internal_error(f"detectors in checks/{name}.py", exc)
     if not w.objective.any_fixed():
         found = [f for f in found if REGISTRY[f.id].applies_to != FIXED_OBJECTIVES]
     found = _apply_harm(w, found)
@@ -71,7 +71,7 @@ def _apply_harm(w, found: list[Finding]) -> list[Finding]:
             try:
                 harmed = det.harm_seen(f, ids - {f.id}, w)
             except Exception as exc:
-                w.internal_error(f"harm_seen of {f.id}", exc)
+                w.health.internal_error(f"harm_seen of {f.id}", exc)
                 harmed = True
             if not harmed:
                 f.severity, f.maybe_fine = "info", det.maybe_fine
@@ -87,9 +87,9 @@ def undecided(w) -> dict[str, str]:
     out: dict[str, str] = {}
     if w.steps == 0:
         return {"*": "no optimizer step was seen: nothing about training could be judged"}
-    if not w.eval_seen:
-        why = (f"no evaluation was seen before check stopped the script ({w.stop_reason}; --max-steps 0 runs it "
-               "to the end)" if w.stop_reason else "the script ran no evaluation that check could recognise")
+    if not w.loaders.eval_seen:
+        why = (f"no evaluation was seen before check stopped the script ({w.health.stop_reason}; --max-steps 0 runs it "
+               "to the end)" if w.health.stop_reason else "the script ran no evaluation that check could recognise")
         for i in _NEEDS_EVAL:
             out[i] = why
     for name, module in _families().items():
@@ -99,7 +99,7 @@ def undecided(w) -> dict[str, str]:
         try:
             out.update(fn(w))
         except Exception as exc:
-            w.internal_error(f"undecided() in checks/{name}.py", exc)
+            w.health.internal_error(f"undecided() in checks/{name}.py", exc)
     if not w.objective.any_fixed():
         for det in REGISTRY.values():
             if det.applies_to == FIXED_OBJECTIVES and det.id != "cannot-overfit-batch":
@@ -109,17 +109,17 @@ def undecided(w) -> dict[str, str]:
 
 def coverage(w, *, workers: list[dict], stop_reason: str | None, internal_errors: int) -> dict:
     """What the run let the checker see: a clean verdict means something only next to this."""
-    eval_passes = sum(1 for p in w.passes if p.closed and p.is_eval)
+    eval_passes = sum(1 for p in w.loaders.passes if p.closed and p.is_eval)
     worker_steps = sum(int(s.get("steps", 0)) for s in workers)
     cov = {
         "optimizer_steps": w.steps + worker_steps,
-        "manual_update_steps": w.manual_steps,
-        "backward_calls": w.backwards,
-        "models": [r.label for r in w.roots.values()],
-        "optimizers": [type(o).__name__ for o in w.optimizers],
+        "manual_update_steps": w.optim_steps.manual_steps,
+        "backward_calls": w.loss_watch.backwards,
+        "models": [r.label for r in w.models.roots.values()],
+        "optimizers": [type(o).__name__ for o in w.optim_steps.optimizers],
         "evaluation_passes": eval_passes,
         # forwards under no_grad or in an evaluation pass (a validation loop run with gradients on counts)
-        "evaluation_forwards": max(w.eval_forwards, sum(p.fwd_train_mode + p.fwd_eval_mode for p in w.passes
+        "evaluation_forwards": max(w.models.eval_forwards, sum(p.fwd_train_mode + p.fwd_eval_mode for p in w.loaders.passes
                                                         if p.closed and p.is_eval)),
         "processes_followed": len(workers),
         "processes": [{"label": s.get("label"), "steps": s.get("steps", 0),

@@ -24,12 +24,12 @@ def accum_on_backward(w, tensors, retain_graph: bool = False) -> None:
         tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else None)
     if not isinstance(loss, torch.Tensor) or not w.accum:
         return
-    p = w.cur_pass
+    p = w.loaders.cur_pass
     batch = (p.index, p.n_batches) if p is not None and not p.closed else None
     raw = recall(w.loss_outs, loss) == "loss"  # the loss function's own output, not divided by anything
     j = jstate(w)
     pending, j["pending"] = j["pending"], []  # the models' forwards since the previous backward()
-    opts = {id(o): o for o in w.optimizers}
+    opts = {id(o): o for o in w.optim_steps.optimizers}
     for oid, st in w.accum.items():
         sample = st["sample"]() if st["sample"] is not None else None
         if sample is None:
@@ -69,12 +69,12 @@ def accum_on_step(w, opt) -> None:
     j = jstate(w)
     if len(j["seq"]) < 100_000:
         j["seq"].append(id(opt))
-        j["marks"].append((id(opt), len(w.losses)))
+        j["marks"].append((id(opt), len(w.loss_watch.losses)))
     st = w.accum.get(id(opt))
     if st is None:
         st = w.accum[id(opt)] = {"sample": None, "n": 0, "raw": 0, "new": 0, "batch": None, "mixed": False,
                                  "where": None, "fps": set(), "shapes": set()}
-    elif w.is_deep and st["sample"] is not None and st["n"] and (w.cur_pass is not None or j["inputs_seen"]):
+    elif w.is_deep and st["sample"] is not None and st["n"] and (w.loaders.cur_pass is not None or j["inputs_seen"]):
         w.hits["accumulation-unscaled:n"] = w.hits.get("accumulation-unscaled:n", 0) + 1
         k = st["n"]
         if k >= 2 and st["raw"] == k and st["new"] == k and not st["mixed"] and not st.get("retained"):

@@ -9,7 +9,7 @@ def decide(w) -> list[Finding]:
     if probes is None:  # driven by the Trainer, which steps, clips and samples these itself
         return []
     found: list[Finding] = []
-    stopped = bool(getattr(w, "stop_reason", None)) or (bool(w.max_steps) and w.steps >= w.max_steps)
+    stopped = bool(w.health.stop_reason) or (bool(w.max_steps) and w.steps >= w.max_steps)
     for rec in probes.schedulers.values():
         f = _per_batch_scheduler(rec, stopped)
         if f is not None:
@@ -77,7 +77,7 @@ def undecided(w) -> dict[str, str]:
     probes = w.calls
     if probes is None:
         return {}
-    stopped = bool(getattr(w, "stop_reason", None)) or (bool(w.max_steps) and w.steps >= w.max_steps)
+    stopped = bool(w.health.stop_reason) or (bool(w.max_steps) and w.steps >= w.max_steps)
     out: dict[str, str] = {}
     for rec in probes.schedulers.values():
         busiest = max(rec.per_pass, key=rec.per_pass.get, default=None)

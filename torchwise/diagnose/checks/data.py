@@ -47,9 +47,9 @@ def _same(a, b) -> bool:
 def check_val_augmentation(w, info) -> None:
     """Read the same validation samples twice: a deterministic dataset returns identical items."""
     ds = getattr(info.loader, "dataset", None)
-    if ds is None or id(ds) in w.val_aug_checked:
+    if ds is None or id(ds) in w.loaders.val_aug_checked:
         return
-    w.val_aug_checked.add(id(ds))
+    w.loaders.val_aug_checked.add(id(ds))
     try:
         n = len(ds)
     except TypeError:
@@ -75,7 +75,7 @@ def check_val_augmentation(w, info) -> None:
     finally:
         _set_rng_state(state)
     if differs:
-        w.val_aug_candidates.append({"dataset": id(ds), "site": info.site, "samples_checked": len({0, n // 2, n - 1}),
+        w.loaders.val_aug_candidates.append({"dataset": id(ds), "site": info.site, "samples_checked": len({0, n // 2, n - 1}),
                                      "samples_that_changed": differs, "dataset_type": type(ds).__name__,
                                      "indices": _sampled_indices(info.loader)})
 
@@ -109,7 +109,7 @@ def decide(w) -> list[Finding]:
 
 
 def _val_augmentation(w) -> list[Finding]:
-    for info in w.val_aug_candidates:
+    for info in w.loaders.val_aug_candidates:
         if _also_trained_on(w, info):
             continue
         return [Finding("val-augmentation", where=info["site"],
@@ -125,7 +125,7 @@ def _also_trained_on(w, info) -> bool:
     not validation. A validation split drawn by a sampler from the training dataset itself (a
     SubsetRandomSampler over held-out indices) is validation, augmented with the training transform."""
     train_idx: set[int] = set()
-    trained = {id(p.loader): p.loader for p in w.passes
+    trained = {id(p.loader): p.loader for p in w.loaders.passes
                if p.steps > 0 and id(getattr(p.loader, "dataset", None)) == info["dataset"]}
     for loader in trained.values():  # once per loader, not once per epoch
         idx = _sampled_indices(loader)
@@ -139,7 +139,7 @@ def _also_trained_on(w, info) -> bool:
 
 
 def _sampler_epoch(w) -> list[Finding]:
-    for sid, recs in w.sampler_epochs.items():
+    for sid, recs in w.loaders.sampler_epochs.items():
         if len(recs) >= 2 and recs[0]["shuffle"] and len({r["epoch"] for r in recs}) == 1:
             return [Finding("sampler-epoch-not-set", where=recs[0]["site"],
                             message=f"The DistributedSampler was iterated {len(recs)} times and its epoch was "
@@ -149,7 +149,7 @@ def _sampler_epoch(w) -> list[Finding]:
 
 
 def _unnormalized_input(w) -> list[Finding]:
-    st = w.input_stats
+    st = w.inputs.input_stats
     if st["n"] < 2:
         return []
     reason = None
@@ -167,19 +167,19 @@ def _unnormalized_input(w) -> list[Finding]:
 
 
 def _train_loader_site(w) -> str | None:
-    for p in w.passes:
+    for p in w.loaders.passes:
         if p.steps > 0:
             return p.site
     return None
 
 
 def _shuffle(w) -> list[Finding]:
-    c = w.cls
+    c = w.loss_watch.cls
     n = c.get("batches_multi", 0)
     if n >= 10 and c["counts"] is not None and int((c["counts"] > 0).sum()) >= 2 and c["single"] >= 0.5 * n:
         from torch.utils.data import SequentialSampler
         site = None
-        for p in w.passes:
+        for p in w.loaders.passes:
             if p.steps > 0 and isinstance(getattr(p.loader, "sampler", None), SequentialSampler):
                 site = p.site
                 break
@@ -196,7 +196,7 @@ def _loader_speed(w) -> list[Finding]:
     workers surely help: the wait is not the process's own CPU work (reading files, decoding in a library
     that releases the GIL, sleeping on I/O), or the model is on an accelerator that idles meanwhile. CPU work
     for a model on the CPU is an info hint: loading and computing share the same cores there."""
-    for p in w.passes:
+    for p in w.loaders.passes:
         if p.steps < 3 or len(p.waits) < 5:
             continue
         waits, gaps, cpu = p.waits[2:], p.gaps[2:], p.cpu_waits[2:]
@@ -226,16 +226,16 @@ _CPU_BOUND_LOADING = ("The model trains on the CPU and making the batch is CPU w
 
 def _trains_on_cpu(w) -> bool:
     """Whether every watched model holds its parameters on the CPU (False when no model was seen)."""
-    devices = [next(r.module.parameters(), None) for r in w.roots.values()]
+    devices = [next(r.module.parameters(), None) for r in w.models.roots.values()]
     return bool(devices) and all(p is None or p.device.type == "cpu" for p in devices)
 
 
 def _pin_memory(w) -> list[Finding]:
-    if not w.roots:
+    if not w.models.roots:
         return []
     if not _trains_on_cpu(w):
         return []
-    pinned = [p for p in w.passes if getattr(p.loader, "pin_memory", False)]
+    pinned = [p for p in w.loaders.passes if getattr(p.loader, "pin_memory", False)]
     if pinned:
         batches = sum(p.n_batches for p in pinned)
         return [Finding("pin-memory-misuse", where=pinned[0].site,
@@ -249,7 +249,7 @@ def _pin_memory(w) -> list[Finding]:
 def _cudnn_benchmark(w) -> list[Finding]:
     from torchwise.diagnose.shape_watch import LIMIT, show_shape  # the Trainer's own watch: the same limit
 
-    st = w.bench_shapes
+    st = w.inputs.bench_shapes
     shapes = st["shapes"]
     if w.driven or len(shapes) <= LIMIT:
         return []  # driven: the Trainer switches benchmark off by itself when the shapes vary
@@ -282,7 +282,7 @@ def _bn_small_batch(w) -> list[Finding]:
     and is fine; a BatchNorm1d on (N, C) at batch 2 has 2. Judged per layer, on the median of its training
     forwards (a short last batch does not count): a few samples (< 8) and few values per channel (< 64)."""
     worst = None
-    for rec in getattr(w, "bn_counts", {}).values():
+    for rec in w.models.bn_counts.values():
         counts = rec["counts"]
         if len(counts) < 3:
             continue
@@ -294,7 +294,7 @@ def _bn_small_batch(w) -> list[Finding]:
         return []
     batch, values, n, name, smallest = worst
     per = "" if values == batch else f" and {int(values)} values per channel (batch x positions)"
-    return [Finding("bn-small-batch", where=_train_loader_site(w) or w.bn_where,
+    return [Finding("bn-small-batch", where=_train_loader_site(w) or w.models.bn_where,
                     message=f"{name} was trained on batches of {int(batch)} samples{per} (median of {n} training "
                             f"forward passes; smallest batch {smallest}): its mean and variance per channel are "
                             "estimated from too few values.",

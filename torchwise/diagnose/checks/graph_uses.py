@@ -48,10 +48,10 @@ def on_root_output(w, module, out) -> None:
     def reached(grad_outputs, flag=flag):
         flag[0] = True
 
-    info = w.roots.get(id(module))
+    info = w.models.roots.get(id(module))
     w.graph_uses.append({"step": w.steps, "reached": flag, "handles": [n.register_prehook(reached) for n in nodes],
                          "training": module.training, "where": user_where(),
-                         "hashes": w.last_row_hashes.pop(id(module), None),
+                         "hashes": w.inputs.last_row_hashes.pop(id(module), None),
                          "mode_layers": bool(info is not None and info.has_mode_layers),
                          "model": info.label if info is not None else type(module).__name__, "root": id(module),
                          "samples": int(tensors[0].shape[0]) if tensors[0].dim() else 1,
@@ -73,12 +73,12 @@ def settle_graph_uses(w) -> None:
         # discriminator's step) was a training input, not an evaluation
         fed = rec.get("key") in fed_keys
         hashes = rec.get("hashes") or []
-        if rec["reached"][0] and len(w.reached_rows) < 500_000:
-            w.reached_rows.update(hashes)
-        elif hashes and sum(x in w.reached_rows for x in hashes) <= _HELD_OUT_SHARE * len(hashes):
+        if rec["reached"][0] and len(w.inputs.reached_rows) < 500_000:
+            w.inputs.reached_rows.update(hashes)
+        elif hashes and sum(x in w.inputs.reached_rows for x in hashes) <= _HELD_OUT_SHARE * len(hashes):
             # rows no backward() used are no training rows (a predict() on the test set with gradients on):
             # they must not make a later validation on the same rows look like a leak
-            w.train_hashes.difference_update(hashes)
+            w.inputs.train_hashes.difference_update(hashes)
         if not rec["reached"][0] and not fed and rec["training"] and rec["mode_layers"] and hashes:
             # a forward no backward() used, in train mode, on rows that may never be trained on: evaluation
             # written as a plain function (predict(model, x_test)); judged once the run is over
@@ -117,7 +117,7 @@ def unused_train_mode_forwards(w) -> list[dict]:
     """Forwards in train mode, gradients on, that no backward() reached and whose input rows were (nearly) never
     among the rows of forwards a backward() did reach: evaluation not written as a no_grad loop."""
     held = w.hit_info.get("eval-mode-missing~unused")
-    if not held or not w.reached_rows:
+    if not held or not w.inputs.reached_rows:
         return []
     # a model that feeds another or is fed by one (a GAN's generator, an autoencoder's decoder) is trained on
     # noise or on another model's output: "rows never trained on" says nothing there, and a forward of it that
@@ -128,6 +128,6 @@ def unused_train_mode_forwards(w) -> list[dict]:
         if f.get("root") in chained:
             continue
         hs = f["hashes"]
-        if len(hs) >= 8 and sum(x in w.reached_rows for x in hs) <= _HELD_OUT_SHARE * len(hs):
+        if len(hs) >= 8 and sum(x in w.inputs.reached_rows for x in hs) <= _HELD_OUT_SHARE * len(hs):
             out.append(f)
     return out

@@ -105,9 +105,9 @@ def loss_average_wrong_count(w) -> list[Finding]:
     4 significant ones), equals no right formula's value, and differs from the right ones by 10% or more:
     in two epochs, or in one with 6 significant digits or more. Any epoch whose printed numbers match a
     right formula instead makes the run undecided (not reported)."""
-    if not getattr(w, "printed", None) or w.driven:
+    if not w.loaders.printed or w.driven:
         return []
-    passes = [p for p in w.passes if p.steps > 0 and p.ended and p.closed]
+    passes = [p for p in w.loaders.passes if p.steps > 0 and p.ended and p.closed]
     if not passes:
         return []
     hits, right_seen = _printed_averages(w, passes)
@@ -133,7 +133,7 @@ def _printed_averages(w, passes: list) -> tuple[dict[str, list[dict]], bool]:
     name, with what the pass was), and whether any printed number equals a right formula's value."""
     vals = w.loss_values()
     by_tag: dict[int, list[tuple[str, str | None]]] = {}
-    for tag, text, where in w.printed:
+    for tag, text, where in w.loaders.printed:
         by_tag.setdefault(tag, []).append((text, where))
     hits: dict[str, list[dict]] = {}
     right_seen = False

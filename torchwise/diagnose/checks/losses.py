@@ -82,8 +82,8 @@ def inspect(w, kind: str, inp: torch.Tensor, target: torch.Tensor, kwargs: dict,
         _inspect_binary(w, kind, inp, target, kwargs, where, made_by, labelled)
     elif kind == "reg":
         _inspect_regression(w, inp, target, where, labelled)
-    if target.is_floating_point() and w.nonfinite_input is None and not _all_finite(target):
-        w.nonfinite_input = {"step": w.steps, "n_nonfinite": int((~torch.isfinite(target)).sum()),
+    if target.is_floating_point() and w.inputs.nonfinite_input is None and not _all_finite(target):
+        w.inputs.nonfinite_input = {"step": w.steps, "n_nonfinite": int((~torch.isfinite(target)).sum()),
                              "numel": target.numel(), "what": "targets", "where": where}
 
 
@@ -160,7 +160,7 @@ def _inspect_classification(w, kind, inp, target, kwargs, where, labelled: bool 
 def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> None:
     """A classification batch's labels (in range, one per sample): class counts, single-class batches, and
     what the model predicts in the last calls (does it ever predict the rare class?)."""
-    c = w.cls
+    c = w.loss_watch.cls
     lm = looks_like_lm(w, inp, labels, C)
     c["lm_calls"] = c.get("lm_calls", 0) + int(lm)
     counts = torch.bincount(labels.cpu(), minlength=C)
@@ -217,7 +217,7 @@ def _inspect_binary(w, kind, inp, target, kwargs, where, made_by=None, labelled:
         return
     if not labelled:
         return
-    b = w.bin
+    b = w.loss_watch.bin
     pos = t > 0.5
     b["pos"] += int(pos.sum())
     b["neg"] += int((~pos).sum())
@@ -383,7 +383,7 @@ def _wrong_loss_for_task(w) -> list[Finding]:
 
 def _decide_labels(w) -> list[Finding]:
     out: list[Finding] = []
-    c = w.cls
+    c = w.loss_watch.cls
     if c["counts"] is not None and c["n"] >= 100:
         counts = c["counts"].tolist()
         C = c["C"]
@@ -402,7 +402,7 @@ def _decide_labels(w) -> list[Finding]:
                 out.append(f)
         if not lm:
             out.extend(_imbalance_classes(c, counts, present, getattr(w, "class_names", None)))
-    out.extend(_imbalance_binary(w.bin))
+    out.extend(_imbalance_binary(w.loss_watch.bin))
     return out
 
 

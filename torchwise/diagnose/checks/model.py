@@ -79,7 +79,7 @@ def _unregistered_submodules(w) -> tuple[list[Finding], set[int]]:
     out: list[Finding] = []
     unreg_param_ids = set()
     by_root: dict[int, list] = {}
-    for rec in w.unregistered.values():
+    for rec in w.models.unregistered.values():
         by_root.setdefault(id(rec["root"]), []).append(rec)
     for recs in by_root.values():
         root = recs[0]["root"]
@@ -101,12 +101,12 @@ def _unregistered_submodules(w) -> tuple[list[Finding], set[int]]:
 def _params_not_in_optimizer(w, unreg_param_ids: set[int]) -> list[Finding]:
     """Parameters with a gradient but in no optimizer."""
     out: list[Finding] = []
-    missing = {pid: v for pid, v in w.not_in_opt.items() if pid not in w.opt_param_ids and pid not in unreg_param_ids}
+    missing = {pid: v for pid, v in w.optim_steps.not_in_opt.items() if pid not in w.optim_steps.opt_param_ids and pid not in unreg_param_ids}
     for pid in _held_out_copies(w):
         missing.pop(pid, None)
-    if missing and w.optimizers:
+    if missing and w.optim_steps.optimizers:
         names = [v[0] for v in missing.values()]
-        out.append(Finding("params-not-in-optimizer", where=w.step_where,
+        out.append(Finding("params-not-in-optimizer", where=w.optim_steps.step_where,
                            message=f"{len(names)} parameter tensor(s) get gradients but are in no optimizer, so they are "
                                    f"never updated: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}.",
                            evidence={"parameters": names[:20], "count": len(names)}))
@@ -117,13 +117,13 @@ def _held_out_copies(w) -> set[int]:
     """Parameters of a model held out of every optimizer on purpose: a copy of an optimized model (the same
     parameter shapes, in order), as a DQN's target network, a momentum encoder or a teacher made from the
     student are. Gradients that reach them are wasted work, not lost updates."""
-    shapes = {id(r): [tuple(p.shape) for p in r.module.parameters()] for r in w.roots.values()}
-    trained = [rid for rid, r in ((id(r), r) for r in w.roots.values())
-               if any(id(p) in w.opt_param_ids for p in r.module.parameters())]
+    shapes = {id(r): [tuple(p.shape) for p in r.module.parameters()] for r in w.models.roots.values()}
+    trained = [rid for rid, r in ((id(r), r) for r in w.models.roots.values())
+               if any(id(p) in w.optim_steps.opt_param_ids for p in r.module.parameters())]
     out: set[int] = set()
-    for r in w.roots.values():
+    for r in w.models.roots.values():
         ids = [id(p) for p in r.module.parameters()]
-        if not ids or any(i in w.opt_param_ids for i in ids):
+        if not ids or any(i in w.optim_steps.opt_param_ids for i in ids):
             continue
         if any(shapes[t] == shapes[id(r)] for t in trained if t != id(r)):
             out.update(ids)
@@ -133,24 +133,24 @@ def _held_out_copies(w) -> set[int]:
 def _no_gradient_flow(w) -> list[Finding]:
     """no-gradient-flow: steps that found no gradient at all, or parameters that never get one."""
     out: list[Finding] = []
-    ev = [e for e in w.no_grad_events if e["step"] >= 0]
+    ev = [e for e in w.optim_steps.no_grad_events if e["step"] >= 0]
     if len(ev) >= 2:
         all_missing = [e for e in ev if e["missing"] == e["total"] and e["backward_since_step"] > 0]
         partial = [e for e in ev if 0 < e["missing"] < e["total"]]
         if len(all_missing) >= 0.8 * len(ev):
-            out.append(Finding("no-gradient-flow", where=w.step_where,
+            out.append(Finding("no-gradient-flow", where=w.optim_steps.step_where,
                                message=f"At {len(all_missing)} of {len(ev)} checked steps, optimizer.step() found no "
                                        "gradient on any parameter although backward() ran: the gradients were cleared "
                                        "between backward() and step(), or the loss is cut from the model.",
                                evidence={"steps_without_gradients": len(all_missing), "steps_checked": len(ev)}))
         elif len(partial) >= 0.8 * len(ev):
-            owned = {pid for info in w.roots.values() for pid in info.param_names}
+            owned = {pid for info in w.models.roots.values() for pid in info.param_names}
             ids = set.intersection(*(e["ids"] for e in partial)) & owned  # not: params left behind by a replaced layer
             names = []
-            for info in w.roots.values():
+            for info in w.models.roots.values():
                 names += [info.label + "." + n for pid, n in info.param_names.items() if pid in ids]
             if ids:
-                out.append(Finding("no-gradient-flow", where=w.step_where, severity="warning",
+                out.append(Finding("no-gradient-flow", where=w.optim_steps.step_where, severity="warning",
                                    message=f"{len(ids)} of {partial[-1]['total']} parameter tensors never receive a "
                                            f"gradient ({len(partial)} checked steps): "
                                            f"{', '.join(names[:6]) or 'unnamed'}{' ...' if len(names) > 6 else ''}. "
@@ -166,13 +166,13 @@ def _loss_retains_graph(w) -> list[Finding]:
     h = w.hits
     if h.get("loss-retains-graph"):
         how = w.hit_info.get("loss-retains-graph", {}).get("how")
-        holders = getattr(w, "retained_holders", [])
+        holders = w.loss_watch.retained_holders
         if how == "kept alive":
-            msg = (f"{w.retained_losses} loss tensors were still alive with their graphs 3 or more steps after "
+            msg = (f"{w.loss_watch.retained_losses} loss tensors were still alive with their graphs 3 or more steps after "
                    f"their backward(), held by {', '.join(holders) or 'a container of the program'}: one more "
                    "graph in memory at every step.")
         elif how == "kept inside a total":
-            msg = (f"The graphs of {w.retained_losses} losses were still alive 3 or more steps after their "
+            msg = (f"The graphs of {w.loss_watch.retained_losses} losses were still alive 3 or more steps after their "
                    "backward(), held inside another tensor's graph: a running total or average built from the "
                    "loss tensor (`total += loss / n`), not from loss.item(), so every step's graph stays in memory.")
         elif how == "evaluation total":
@@ -194,7 +194,7 @@ def _loss_retains_graph(w) -> list[Finding]:
 def _dead_relu(w) -> list[Finding]:
     """dead-relu: the first ReLU whose units output 0 for every sample checked."""
     out: list[Finding] = []
-    for key, rec in w.relu.items():
+    for key, rec in w.models.relu.items():
         fr = rec["fractions"]
         if len(fr) >= 3 and rec["units"] >= 4 and min(fr[-3:]) >= 0.5 and sum(f >= 0.5 for f in fr) >= 0.5 * len(fr):
             out.append(Finding("dead-relu", where=rec["where"],
@@ -209,7 +209,7 @@ def _dead_relu(w) -> list[Finding]:
 def _nonfinite(w, ls: dict) -> list[Finding]:
     """nonfinite-input (a batch with NaN/inf) or else nonfinite-loss, with the module or operation that made it."""
     out: list[Finding] = []
-    ni = w.nonfinite_input
+    ni = w.inputs.nonfinite_input
     if ni is not None and (ls["first_bad"] is None or ni["step"] <= (ls["first_bad_step"] or 0)):
         out.append(Finding("nonfinite-input", where=ni["where"],
                            message=f"A training batch's {ni['what']} contain {ni['n_nonfinite']} NaN/inf value(s) out of "
@@ -218,7 +218,7 @@ def _nonfinite(w, ls: dict) -> list[Finding]:
                                      "in": ni["what"]}))
     elif ls["first_bad"] is not None and not getattr(w, "lr_flags", {}).get("high") \
             and not getattr(w, "lr_flags", {}).get("exploding"):
-        c = w.nonfinite_culprit
+        c = w.deep.nonfinite_culprit
         if c is not None and c["params_finite"]:
             culprit = f"The first module whose output went non-finite is {c['module']} (step {c['step']}; its inputs " \
                       f"and weights were finite; {c['n_nonfinite']} of {c['numel']} values)."
@@ -229,8 +229,8 @@ def _nonfinite(w, ls: dict) -> list[Finding]:
             where = c["where"]
         else:
             culprit = "All module outputs were finite: the loss computation itself produced it (log of 0, division by 0)."
-            where = w.backward_where
-        op = w.nonfinite_op
+            where = w.loss_watch.backward_where
+        op = w.deep.nonfinite_op
         if op is not None:
             culprit += f" The operation that produced it: {op['op']} at {op['where']}."
             where = op["where"] or where
@@ -275,7 +275,7 @@ def _loss_series(w, ls: dict) -> list[tuple[str | None, list[float]]]:
     """The loss curves to judge: one per optimizer where several step (each has its own loss and objective),
     else the whole run's; only those of a fixed objective (a GAN's or a policy gradient's need not fall)."""
     curves = {oid: c for oid, c in step_record.loss_curves(w, ls).items() if len(c) >= 30}
-    names = {id(o): type(o).__name__ for o in w.optimizers}
+    names = {id(o): type(o).__name__ for o in w.optim_steps.optimizers}
     kinds = w.objective.kinds()
     loose = {oid: k for oid, k in kinds.items() if k not in FIXED_OBJECTIVES}
     if len(curves) >= 2:
@@ -298,13 +298,13 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
         return [], (f"two optimizers ({adv['optimizers'][0]}, {adv['optimizers'][1]}) over separate models step "
                     "in turn" + (", one model's output feeding the other" if adv["fed"] else "") +
                     ": an adversarial pair (a GAN), whose losses pull against each other and need not decrease")
-    C = w.cls.get("C")
-    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
+    C = w.loss_watch.cls.get("C")
+    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.loss_watch.bin["pos"] + w.loss_watch.bin["neg"] else None)
     series = _loss_series(w, ls)
     if not series:
         return [], w.objective.not_judged()
-    stopped = bool(getattr(w, "stop_reason", None)) or (bool(w.max_steps) and w.steps >= w.max_steps)
-    epochs = sum(1 for p in w.passes if p.closed and p.steps > 0)
+    stopped = bool(w.health.stop_reason) or (bool(w.max_steps) and w.steps >= w.max_steps)
+    epochs = sum(1 for p in w.loaders.passes if p.closed and p.steps > 0)
     seen_enough = not stopped or epochs >= 2
     found, reasons = [], []
     for label, vals in series:
@@ -338,7 +338,7 @@ def _flat_loss_finding(w, cs: dict, label: str | None, best_drop: float, clear: 
     within the first epoch it is only a hint: a slow start (per-sample updates, a small learning rate, a
     warm-up) looks the same over the steps check watched."""
     of = f" of {label}" if label else ""
-    return Finding("loss-not-decreasing", where=w.backward_where,
+    return Finding("loss-not-decreasing", where=w.loss_watch.backward_where,
                    message=f"Over {cs['n']} loss values{of} the training loss went from {cs['first']:.4g} "
                            f"(first 10%) to {cs['last']:.4g} (last 25%)"
                            + (f"; at its noise level, it fell by at most {best_drop:.2g} over them." if clear else ".")
@@ -358,8 +358,8 @@ def undecided(w) -> dict[str, str]:
     _, why = _judge_loss(w, step_record.loss_summary(w))
     if why:
         out["loss-not-decreasing"] = why
-    few = [r for r in w.relu.values() if len(r["fractions"]) < 3]
-    if w.relu and len(few) == len(w.relu):
+    few = [r for r in w.models.relu.values() if len(r["fractions"]) < 3]
+    if w.models.relu and len(few) == len(w.models.relu):
         out["dead-relu"] = (f"ReLU outputs were seen over fewer than 3 windows of {RELU_WINDOW} training samples "
                             "(too few deep steps)")
     return out
@@ -388,7 +388,7 @@ def record_relu(w, key, out: torch.Tensor, label: str) -> None:
         else:
             alive = pos.transpose(0, 1).flatten(1).any(1)
         units = alive.numel()
-        rec = w.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
+        rec = w.models.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
         acc = rec.get("acc")
         if acc is None or acc.shape != alive.shape or rec["units"] != units:
             rec["units"], rec["acc"], rec["acc_n"] = units, alive, 0
@@ -419,7 +419,7 @@ def accumulation_retains(w, args: tuple, out) -> bool:
     for a in flat:
         if not isinstance(a, torch.Tensor):
             continue
-        ref = w.bw_ids.get(id(a))
+        ref = w.loss_watch.bw_ids.get(id(a))
         if ref is not None and ref() is a:
             has_loss = True
         rec = totals.get(id(a))

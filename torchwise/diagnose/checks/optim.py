@@ -25,17 +25,17 @@ def inspect_step_pre(w, opt) -> None:
     with_grad = [p for p in params if p.grad is not None]
     missing = [p for p in params if p.grad is None]
     if missing:
-        w.no_grad_events.append({"step": w.steps, "missing": len(missing), "total": len(params),
+        w.optim_steps.no_grad_events.append({"step": w.steps, "missing": len(missing), "total": len(params),
                                  "ids": {id(p) for p in missing},
-                                 "backward_since_step": w.backward_since_step})
+                                 "backward_since_step": w.optim_steps.backward_since_step})
     else:
-        w.no_grad_events.append({"step": w.steps, "missing": 0, "total": len(params), "ids": set(),
-                                 "backward_since_step": w.backward_since_step})
+        w.optim_steps.no_grad_events.append({"step": w.steps, "missing": 0, "total": len(params), "ids": set(),
+                                 "backward_since_step": w.optim_steps.backward_since_step})
     # parameters of the watched models that got a gradient but are in no optimizer
-    for info in w.roots.values():
+    for info in w.models.roots.values():
         for name, p in info.module.named_parameters():
-            if p.requires_grad and p.grad is not None and id(p) not in w.opt_param_ids:
-                w.not_in_opt.setdefault(id(p), (info.label + "." + name, w.step_where))
+            if p.requires_grad and p.grad is not None and id(p) not in w.optim_steps.opt_param_ids:
+                w.optim_steps.not_in_opt.setdefault(id(p), (info.label + "." + name, w.optim_steps.step_where))
     gn_l: list[float] = []
     if with_grad:
         gn = torch.stack(torch._foreach_norm([p.grad for p in with_grad])).float()
@@ -50,11 +50,11 @@ def inspect_step_pre(w, opt) -> None:
                if p.dim() >= 2 and wn_l[i] > 1e-6 and id(p) not in sparse]
         if rel:
             rec.update(max_rel=max(rel), first_rel=rel[0], last_rel=rel[-1], n_mats=len(rel))
-        w.grad_records.append(rec)
+        w.optim_steps.grad_records.append(rec)
         # parameters that have a gradient now: it must be cleared before the optimizer uses them again
         order = sorted((i for i in range(len(with_grad)) if math.isfinite(gn_l[i]) and gn_l[i] > 0),
                        key=lambda i: -gn_l[i])
-        w.zero_sample = [with_grad[i] for i in order[:3]]
+        w.optim_steps.zero_sample = [with_grad[i] for i in order[:3]]
     # snapshot for the update size (only tensors that move: frozen or gradient-less ones would dilute it)
     budget, snap = _SNAP_LIMIT, []
     moving = [p for i, p in enumerate(with_grad) if gn_l[i] > 0]
@@ -62,23 +62,23 @@ def inspect_step_pre(w, opt) -> None:
         if p.numel() <= budget:
             snap.append((p, p.detach().clone()))
             budget -= p.numel()
-    w.snap = snap
+    w.optim_steps.snap = snap
     inspect_symmetry(w)
 
 
 def _embedding_ids(w) -> set[int]:
-    key = tuple(sorted(w.roots))
+    key = tuple(sorted(w.models.roots))
     cached = getattr(w, "embedding_cache", None)
     if cached is None or cached[0] != key:
         from torch import nn
-        ids = {id(m.weight) for r in w.roots.values() for m in r.module.modules()
+        ids = {id(m.weight) for r in w.models.roots.values() for m in r.module.modules()
                if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
         w.embedding_cache = cached = (key, ids)
     return cached[1]
 
 
 def inspect_step_post(w, opt) -> None:
-    snap = w.snap
+    snap = w.optim_steps.snap
     if not snap:
         return
     with torch.no_grad():
@@ -88,7 +88,7 @@ def inspect_step_post(w, opt) -> None:
         dn = torch.stack(torch._foreach_norm(diff)).float().norm()
         on = torch.stack(torch._foreach_norm(old)).float().norm()
         ratio = float(dn / on.clamp_min(1e-12))
-    w.update_ratios.append((w.steps, ratio))
+    w.optim_steps.update_ratios.append((w.steps, ratio))
     # per optimizer too: what an update size means depends on the optimizer's kind and its lr
     j = jstate(w)
     j["upd"].setdefault(id(opt), []).append(ratio)
@@ -142,7 +142,7 @@ def _exploding_evidence(w, ls: dict, recs: list, *, diverged: bool, went_bad: bo
     """Gradient size judged against the loss's own scale (a loss summed over a batch has gradients
     batch-size times those of its mean), and a symptom that they do harm."""
     loss_at: dict[int, float] = {}
-    for step, v in zip(w.loss_steps, ls.get("vals") or []):
+    for step, v in zip(w.loss_watch.loss_steps, ls.get("vals") or []):
         if math.isfinite(v):
             loss_at[step] = max(loss_at.get(step, 0.0), abs(v))
     per_loss = [r["max_rel"] / max(1.0, loss_at.get(r["step"], 1.0)) for r in recs]
@@ -151,9 +151,9 @@ def _exploding_evidence(w, ls: dict, recs: list, *, diverged: bool, went_bad: bo
     med_pl, peak_pl = median(per_loss), max(per_loss)
     peak_total = max(r["total_norm"] for r in recs)
     peak_total_pl = max(r["total_norm"] / max(1.0, loss_at.get(r["step"], 1.0)) for r in recs)
-    nonfinite = sum(not r["finite"] for r in w.grad_records)
+    nonfinite = sum(not r["finite"] for r in w.optim_steps.grad_records)
     big = med_pl > 50 or (peak_pl > 1e3 and peak_total_pl > 1e2)
-    ratios = [r for _, r in w.update_ratios if math.isfinite(r)]
+    ratios = [r for _, r in w.optim_steps.update_ratios if math.isfinite(r)]
     symptom = ""
     if nonfinite and ls["first_bad_step"] is None:
         symptom, big = f"{nonfinite} checked step(s) had non-finite gradients", True
@@ -172,7 +172,7 @@ def undecided(w) -> dict[str, str]:
     """Detectors of this module that could not judge this run, and why (for the coverage report)."""
     j = jstate(w)
     out = dict(j["undecided"])
-    if not w.update_ratios and w.optimizers:
+    if not w.optim_steps.update_ratios and w.optim_steps.optimizers:
         for key in ("lr-too-high", "lr-too-low"):
             out.setdefault(key, "no optimizer step was measured (no deep step with gradients)")
     ex = j.get("exploding")
@@ -204,7 +204,7 @@ def _missing_zero_grad(w) -> list[Finding]:
     """missing-zero-grad: backward() adding into the previous step's gradients, at (nearly) every checked step
     of one optimizer (a loop that zeroes at the wrong place does it every time; one that forgets once in a
     while is not this mistake)."""
-    for key, (checks, stale, where) in w.zero_grad_by_opt.items():
+    for key, (checks, stale, where) in w.optim_steps.zero_grad_by_opt.items():
         if stale >= 2 and stale >= 0.8 * checks:
             site = key[1] if isinstance(key, tuple) and key[1] else None
             at = f" (its step() at {site})" if site else ""
@@ -219,7 +219,7 @@ def _update_evidence(w, ls: dict) -> dict:
     """What the learning-rate verdicts weigh: the update-to-weight ratios (median, early steps), whether the
     loss diverged or went non-finite after rising, and the kinds of optimizer."""
     adv = adversarial_pair(w)
-    ratios = [r for _, r in w.update_ratios if math.isfinite(r)]
+    ratios = [r for _, r in w.optim_steps.update_ratios if math.isfinite(r)]
     med = median(ratios) if ratios else None
     early = ratios[: max(1, len(ratios) // 3)]
     early_med = median(early) if early else None
@@ -243,11 +243,11 @@ def _lr_too_high(w, ls: dict, ev: dict) -> list[Finding]:
     # the weights is their normal working point at lr=1e-3; with SGD it follows the gradient
     high_with_symptom = 0.05 if kinds == {"adaptive"} else 0.01
     if med is not None and (early_med > 1.0 or ((diverged or went_bad) and early_med > high_with_symptom)):
-        lrs = sorted({g["lr"] for o in w.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
+        lrs = sorted({g["lr"] for o in w.optim_steps.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
         desc = (f"the loss went from {ls['initial']:.4g} (first step) to {ls['last']:.4g} (mean of the last quarter)"
                 if ls.get("last") is not None and not went_bad
                 else f"the loss rose to {ls.get('max', float('nan')):.4g} and became non-finite at step {ls['first_bad_step']}")
-        out.append(Finding("lr-too-high", where=w.step_where,
+        out.append(Finding("lr-too-high", where=w.optim_steps.step_where,
                            message=f"Each optimizer step changes the weights by {early_med:.2%} of their size "
                                    f"(median, early steps), and {desc}. Learning rate: {lrs}.",
                            evidence={"update_to_weight_ratio": early_med, "lr": lrs, "loss_first": ls.get("first"),
@@ -262,7 +262,7 @@ def _lr_too_low(w, ls: dict, ev: dict) -> list[Finding]:
     low = _lr_low_evidence(w) if med is not None and len(ratios) >= 3 else None
     if low is not None and ls.get("first") is not None and ls["last"] > 0.98 * ls["first"] and not ls["learned"] \
             and not _flat_for_another_reason(w):
-        out.append(Finding("lr-too-low", where=w.step_where,
+        out.append(Finding("lr-too-low", where=w.optim_steps.step_where,
                            message=f"Each optimizer step changes the weights by only {low['ratio']:.2e} of their size "
                                    f"(median over {low['steps']} steps of {low['optimizer']}, lr={low['lr']:.3g}; at a "
                                    f"usual lr for it ({low['typical']:g}) that would be about {low['at_typical']:.1e}) "
@@ -275,7 +275,7 @@ def _lr_too_low(w, ls: dict, ev: dict) -> list[Finding]:
 def _gradient_records(w, ls: dict) -> list[dict]:
     """The deep steps' gradient records before the loss went non-finite, with a finite largest ratio."""
     bad_step = ls["first_bad_step"]
-    return [r for r in w.grad_records if "max_rel" in r and (bad_step is None or r["step"] < bad_step)
+    return [r for r in w.optim_steps.grad_records if "max_rel" in r and (bad_step is None or r["step"] < bad_step)
             and math.isfinite(r["max_rel"])]
 
 
@@ -288,7 +288,7 @@ def _exploding_gradients(w, ls: dict, recs: list[dict], ev: dict, *, lr_high: bo
     ex = _exploding_evidence(w, ls, recs, diverged=diverged, went_bad=went_bad)
     j["exploding"] = ex
     if ex["big"] and ex["symptom"] and not lr_high:
-        out.append(Finding("exploding-gradients", where=w.step_where,
+        out.append(Finding("exploding-gradients", where=w.optim_steps.step_where,
                            message=f"Gradient norms reach {ex['rel']:.3g}x the norm of their weights "
                                    f"({ex['which']} over {len(recs)} checked steps; {ex['rel_per_loss']:.3g}x per unit "
                                    f"of loss; healthy is well below 1); total gradient norm up to "
@@ -313,7 +313,7 @@ def _vanishing_gradients(w, recs: list[dict], kinds: set) -> list[Finding]:
                 f"the first layer's gradients are {q:.1e} times the last layer's (relative to their weights), "
                 "but the optimizer normalises each weight's gradient, so that alone does not stop it learning")
         elif q < 1e-3:
-            out.append(Finding("vanishing-gradients", where=w.step_where,
+            out.append(Finding("vanishing-gradients", where=w.optim_steps.step_where,
                                message=f"Relative to their weights, the first layer's gradients are {q:.2e} times "
                                        f"those of the last layer (median over {len(deep)} steps, "
                                        f"{deep[0]['n_mats']} weight matrices).",
@@ -322,11 +322,11 @@ def _vanishing_gradients(w, recs: list[dict], kinds: set) -> list[Finding]:
 
 
 # --------------------------------------------------------------------------- backward-in-autocast
-# Watcher._note_autocast (backward_hooks.py) asks torch.is_autocast_enabled(device type) as each backward()
+# LossAndBackward.note_autocast (backward_hooks.py) asks torch.is_autocast_enabled(device type) as each backward()
 # and each optimizer.step() starts: on means the call sits inside the script's `with torch.autocast(...)` block.
 
 def _decide_autocast(w) -> list[Finding]:
-    use = w.autocast_use
+    use = w.loss_watch.autocast_use
     if not use["backward_in"] and not use["step_in"]:
         return []
     parts = []

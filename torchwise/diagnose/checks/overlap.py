@@ -15,7 +15,7 @@ def _chance_match(w) -> float:
     samples, D = M (1 - exp(-N / M)); the training set then covers len(train_hashes) / M of it. 0 for a data
     set whose samples do not repeat (any real one)."""
     import math
-    probe = getattr(w, "train_repeats", {"rows": 0, "repeats": 0})
+    probe = w.inputs.train_repeats
     n, r = probe["rows"], probe["repeats"]
     if n < 200 or r < 5:
         return 0.0
@@ -27,7 +27,7 @@ def _chance_match(w) -> float:
             lo = mid
         else:
             hi = mid
-    return min(1.0, len(w.train_hashes) / hi)
+    return min(1.0, len(w.inputs.train_hashes) / hi)
 
 
 def _trained_before(g: dict, w) -> int:
@@ -36,7 +36,7 @@ def _trained_before(g: dict, w) -> int:
     on that rollout (PPO), or states scored before they enter a replay buffer."""
     if "trained_before" in g:
         return min(g["trained_before"], len(g["hashes"]))
-    return sum(x in w.train_hashes for x in g["hashes"])
+    return sum(x in w.inputs.train_hashes for x in g["hashes"])
 
 
 def train_val_overlap(w) -> list[Finding]:
@@ -44,18 +44,18 @@ def train_val_overlap(w) -> list[Finding]:
     for v in masked.values():
         if v["overlap"]:  # judged on the rows of the output: whether or not the forward was hashed as an evaluation
             return [_masks_overlap_finding(v)]
-    if not w.train_hashes or not w.eval_groups:
+    if not w.inputs.train_hashes or not w.inputs.eval_groups:
         return []
     fulls, partials, nones, on_train = [], [], [], []
     # a sample space so small that fresh samples repeat (8 values from {-1, 0, 1}): the share of the first
     # training rows that repeat an earlier one is the share of evaluation rows that match training by chance
     chance = _chance_match(w)
-    trained = {id(getattr(p.loader, "dataset", None)) for p in w.passes if p.steps > 0}
-    for g in w.eval_groups:
+    trained = {id(getattr(p.loader, "dataset", None)) for p in w.loaders.passes if p.steps > 0}
+    for g in w.inputs.eval_groups:
         hs = g["hashes"]
         if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation
             continue
-        if _masked_group(masked, hs, w.train_hashes):
+        if _masked_group(masked, hs, w.inputs.train_hashes):
             nones.append((g, 0, len(hs)))  # rows held out of the training loss were evaluated
             continue
         if g.get("dataset") is not None and g["dataset"] in trained:
@@ -77,7 +77,7 @@ def train_val_overlap(w) -> list[Finding]:
     return [Finding("train-val-overlap", where=g["where"],
                     message=f"{hit} of {n} samples evaluated here ({hit / n:.0%}) are identical to samples the model "
                             "was trained on.",
-                    evidence={"overlapping": hit, "evaluated": n, "evaluations": len(w.eval_groups)})]
+                    evidence={"overlapping": hit, "evaluated": n, "evaluations": len(w.inputs.eval_groups)})]
 
 
 # One input shared by index masks (transductive learning: one forward over the whole graph, the loss on

@@ -21,7 +21,7 @@ def loss_summary(w) -> dict:
     finite = [v for v in vals if math.isfinite(v)]
     first_bad = next((i for i, v in enumerate(vals) if not math.isfinite(v)), None)
     head = vals[:first_bad] if first_bad is not None else vals
-    s = {"n": len(vals), "first_bad": first_bad, "first_bad_step": w.loss_steps[first_bad] if first_bad is not None else None}
+    s = {"n": len(vals), "first_bad": first_bad, "first_bad_step": w.loss_watch.loss_steps[first_bad] if first_bad is not None else None}
     if len(head) >= 10:
         s["initial"] = sorted(head[:3])[1]
         k = max(3, len(head) // 10)
@@ -33,8 +33,8 @@ def loss_summary(w) -> dict:
     s["vals"] = vals
     # a classification loss far below chance level means the model has learned: a flat curve then is
     # convergence (or fine-tuning a trained model), not a failure to learn
-    C = w.cls.get("C")
-    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.bin["pos"] + w.bin["neg"] else None)
+    C = w.loss_watch.cls.get("C")
+    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.loss_watch.bin["pos"] + w.loss_watch.bin["neg"] else None)
     s["learned"] = bool(chance and s.get("last") is not None and s["last"] < 0.5 * chance)
     return s
 
@@ -80,10 +80,10 @@ def roots_of(w, opt) -> set[int]:
     key = id(opt)
     ids = opt_param_ids(opt)
     cached = j["opt_roots"].get(key)
-    if cached is not None and cached[0] == (len(ids), len(w.roots)):
+    if cached is not None and cached[0] == (len(ids), len(w.models.roots)):
         return cached[1]
-    roots = {rid for rid, info in w.roots.items() if ids & set(info.param_names)}
-    j["opt_roots"][key] = ((len(ids), len(w.roots)), roots)
+    roots = {rid for rid, info in w.models.roots.items() if ids & set(info.param_names)}
+    j["opt_roots"][key] = ((len(ids), len(w.models.roots)), roots)
     return roots
 
 
@@ -133,7 +133,7 @@ def note_root_output(w, module, out) -> None:
 def adversarial_pair(w) -> dict | None:
     """Two optimizers over disjoint parameters that step alternately, one's model feeding the other's
     (a GAN): their losses pull against each other, and one of them is meant to rise."""
-    opts = list(w.optimizers)
+    opts = list(w.optim_steps.optimizers)
     if len(opts) < 2:
         return None
     j = jstate(w)

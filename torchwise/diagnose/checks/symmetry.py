@@ -50,7 +50,7 @@ def inspect_symmetry(w) -> None:
     step 0, before any update); the model's last layer is left out (a zero-initialized head is fine:
     the targets make its units different at the first step)."""
     sym = w.symmetry
-    for rid, info in w.roots.items():
+    for rid, info in w.models.roots.items():
         if rid in sym["done"]:
             continue
         # (a transposed convolution's units lie along dim 1 of its weight: left out)
@@ -60,15 +60,15 @@ def inspect_symmetry(w) -> None:
         for m in layers:
             if id(m) in sym["scanned"] or id(m) == last or m.weight.shape[0] < 2 or not m.weight.requires_grad:
                 continue
-            if id(m.weight) not in w.opt_param_ids or m.weight.grad is None:
+            if id(m.weight) not in w.optim_steps.opt_param_ids or m.weight.grad is None:
                 done = False  # its optimizer has not stepped yet, or it is not used (yet): no update can break it
                 continue
             sym["scanned"].add(id(m))
             if _all_units_equal(m):
-                sym["cands"][id(m)] = {"ref": weakref.ref(m), "name": w.module_name(m), "units": m.weight.shape[0],
+                sym["cands"][id(m)] = {"ref": weakref.ref(m), "name": w.models.module_name(m), "units": m.weight.shape[0],
                                        "value": float(m.weight.detach().flatten()[0]), "start": w.steps,
                                        "last": w.steps, "broken": False,
-                                       "where": w.param_init_where.get(id(m.weight)) or w.step_where}
+                                       "where": w.param_init_where.get(id(m.weight)) or w.optim_steps.step_where}
         if done:
             sym["done"].add(rid)
     _recheck_symmetry(w)

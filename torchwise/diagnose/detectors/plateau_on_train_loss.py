@@ -6,7 +6,7 @@ from torchwise.diagnose.detectors.spec import ALL_OBJECTIVES, Detector
 
 def harm_seen(finding, found: set, w) -> bool:
     """The run evaluates, so a validation metric was at hand, and the scheduler was given the training one."""
-    return bool(getattr(w, "eval_seen", False))
+    return w.loaders.eval_seen
 
 DETECTOR = Detector(
     id='plateau-on-train-loss',
