@@ -40,6 +40,20 @@ def _warm_process_caches() -> None:
 _warm_process_caches()
 
 
+def _sigint_as_a_terminal_has_it() -> None:
+    """A test run started as a background job of a non-interactive shell (`cmd &` in a script, some CI
+    runners) inherits SIGINT ignored, and so does every process it starts: Python then installs no
+    KeyboardInterrupt handler, and the Ctrl-C tests would test that shell, not torchwise. Give this
+    process (and through it, the processes the tests start) the disposition a user's terminal gives."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_sigint_as_a_terminal_has_it()
+
+
 class StartedAProcess(AssertionError):
     """A unit test (or a fixture it set up) started a process."""
 
@@ -77,6 +91,20 @@ def pytest_runtest_protocol(item, nextitem):
         return
     with no_processes(item.nodeid):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_is_left_as_found(request):
+    """A test that leaves SIGINT ignored or handled breaks every Ctrl-C test after it in the same process, and
+    the subprocesses it starts inherit an ignored SIGINT: put it back, and fail the test that changed it."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"{request.node.nodeid} left the SIGINT handler as {after!r} (it was {before!r})")
 
 
 CLASS_COLORS = {"red": (200, 40, 40), "green": (40, 180, 60), "blue": (50, 60, 210)}
