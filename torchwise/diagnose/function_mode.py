@@ -193,8 +193,8 @@ class FunctionMode(TorchFunctionMode):
             return func(*args, **kwargs)  # (dynamo must not trace the warnings swap; a batch being made is not the step)
         if self.optim_steps.manual_watch and func in _INPLACE_FUNCS:
             self.optim_steps.note_manual_update(args)
-        if not (self.deep.active or w.in_loss_scope):
-            return _call_torch(func, args, kwargs)
+        if not (self.deep.active or w.in_loss_scope) or (self.optim_steps.in_step and not torch.is_grad_enabled()):
+            return _call_torch(func, args, kwargs)  # (the optimizer's own update under no_grad: nothing to see)
         out = _call_torch(func, args, kwargs)
         deep = self.deep
         if deep.op_hunt or (w.check_mode and deep.nonfinite_op is None and func in _NAN_PRONE):

@@ -18,6 +18,22 @@ from torchwise.diagnose.tensors import quiet
 from torchwise.diagnose.user_code import user_where
 from torchwise.diagnose.watch_parts import LossesView, ModelsView, PassInfo
 
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+_schedstat_ok = True
+
+
+def run_queue_seconds() -> float:
+    """The time this thread has spent ready to run but waiting for a core (Linux's schedstat; 0 elsewhere).
+    On a busy machine a wait for the next batch stretches by that much without the loader being slow."""
+    global _schedstat_ok
+    if not _schedstat_ok:
+        return 0.0
+    try:
+        with open(_SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        _schedstat_ok = False
+        return 0.0
 
 
 class _PassIter:
@@ -42,7 +58,7 @@ class _PassIter:
         self._health.maybe_stop()
         info = self._info
         passes = self._passes
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, q0 = time.perf_counter(), time.process_time(), run_queue_seconds()
         # the batch is made with the checker's function mode out of the way: the watcher's checks concern the
         # model's step, and its per-call cost on a transform's tensor ops would make the wait look longer
         # than it is without the checker
@@ -60,6 +76,7 @@ class _PassIter:
             info.gaps.append(t1 - info.last_return)
             info.waits.append(t1 - t0)
             info.cpu_waits.append(time.process_time() - c0)
+            info.queued_waits.append(run_queue_seconds() - q0)
         info.last_return = t1
         info.n_batches += 1
         if len(info.batch_sizes) < 100_000:

@@ -218,6 +218,7 @@ class ModelHooks:
     def root_pre(self, module, args):
         if compiling():
             return
+        self.w.optim_steps.in_step = False  # a forward is never the optimizer's own arithmetic (an LBFGS closure)
         health = self.health
         health.maybe_stop()
         try:

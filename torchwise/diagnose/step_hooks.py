@@ -81,10 +81,15 @@ class StepHooks:
         self.manual_steps = 0
         self.param_ptrs: dict[int, int] = {}  # storage address -> id(param), for p.data.add_(...)
         self.manual_since_backward = False
+        # inside optimizer.step(), between its pre- and post-hook: the optimizer's own arithmetic (tens of calls a
+        # step) is nothing a detector reads, so the function mode passes it through (see FunctionMode). A step that
+        # raises never reaches its post-hook: the next model forward clears it (ModelHooks.root_pre).
+        self.in_step = False
 
     def on_step_pre(self, opt, args=(), kwargs=None):
         if compiling():
             return
+        self.in_step = True
         self.w.health.maybe_stop()
         try:
             with quiet():
@@ -213,6 +218,7 @@ class StepHooks:
             self.w.health.internal_error("optimizer step pre-hook (deep)", exc)
 
     def on_step_post(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None:
+        self.in_step = False
         if self.w.global_mode and id(opt) in self.local_opts:
             return
         if self.deep.active and self.snap is not None:

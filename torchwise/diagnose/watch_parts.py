@@ -46,6 +46,7 @@ class PassInfo:
     where_train_mode_fwd: str | None = None
     waits: list = field(default_factory=list)
     cpu_waits: list = field(default_factory=list)  # the process's CPU time during each wait (0: I/O or sleep)
+    queued_waits: list = field(default_factory=list)  # time the loading thread waited for a core in each wait
     gaps: list = field(default_factory=list)
     last_return: float | None = None
     ended: bool = False
@@ -139,6 +140,7 @@ class StepsView(Protocol):
     manual_steps: int
     stepped_since_backward: bool
     backward_since_step: int
+    in_step: bool                 # between an optimizer step's pre- and post-hook
 
     def after_step(self) -> None: ...
     def on_step_pre(self, opt: torch.optim.Optimizer, args: Any = (), kwargs: Any = None) -> None: ...

@@ -199,7 +199,7 @@ def _loader_speed(w) -> list[Finding]:
     for p in w.loaders.passes:
         if p.steps < 3 or len(p.waits) < 5:
             continue
-        waits, gaps, cpu = p.waits[2:], p.gaps[2:], p.cpu_waits[2:]
+        waits, gaps, cpu, queued = p.waits[2:], p.gaps[2:], p.cpu_waits[2:], p.queued_waits[2:]
         if not gaps:
             continue
         med_wait = statistics.median(waits)
@@ -209,13 +209,17 @@ def _loader_speed(w) -> list[Finding]:
             continue  # every core already loads data: more workers cannot help
         if med_wait > 0.020 and frac > 0.6:
             cpu_share = sum(cpu) / max(sum(waits), 1e-9)
-            hint = _trains_on_cpu(w) and cpu_share > 0.3  # (a busy machine stretches the wall time of CPU work)
+            # a busy machine stretches the wall time of CPU work, and the time spent waiting for a core is
+            # not I/O: the wait is "busy" when it is this process's CPU work or its turn for a core
+            busy_share = (sum(cpu) + sum(queued)) / max(sum(waits), 1e-9)
+            hint = _trains_on_cpu(w) and busy_share > 0.3
             return [Finding("dataloader-bottleneck", where=p.site, severity="info" if hint else "",
                             maybe_fine=_CPU_BOUND_LOADING if hint else "",
                             message=f"{frac:.0%} of each training step is spent waiting for the next batch "
                                     f"({med_wait * 1000:.1f} ms median per batch; num_workers={nw}).",
                             evidence={"wait_fraction": frac, "median_wait_ms": med_wait * 1000, "num_workers": nw,
-                                      "cpu_share_of_wait": round(cpu_share, 2)})]
+                                      "cpu_share_of_wait": round(cpu_share, 2),
+                                      "queued_share_of_wait": round(busy_share - cpu_share, 2)})]
     return []
 
 
