@@ -270,8 +270,14 @@ class ModelHooks:
             self.loaders.eval_seen = True
             self.eval_forwards += 1
             self.loaders.eval_since_epoch = True
-            if training and info.has_mode_layers:
+            if training and info.has_mode_layers and grad:
                 self.w.hit("eval-mode-missing", info={"model": info.label})
+            elif training and info.has_mode_layers:
+                # under no_grad: an evaluation, unless this model's output becomes a loss's target (a DQN's target
+                # network, a distillation teacher): decided at the end from objective.target_makers
+                rec = self.w.hit_info.setdefault("eval-mode-missing~nograd", {}).setdefault(
+                    id(module), {"forwards": 0, "where": user_where(), "model": info.label})
+                rec["forwards"] += 1
         elif not training and info.has_mode_layers:
             self.pending_evalmode_train = self.pending_evalmode_train or (user_where() or "?")
         else:

@@ -87,6 +87,7 @@ class Objectives:
         self.pending: list[str] = []            # the kinds of the backward()s since the last optimizer step
         self.per_opt: dict[int, Counter] = {}   # id(optimizer) -> Counter of its backward()s' kinds
         self.opt_names: dict[int, str] = {}
+        self.target_makers: set[int] = set()    # models whose no_grad train-mode output became a loss's target
 
     # ------------------------------------------------------------------ evidence
 
@@ -115,9 +116,12 @@ class Objectives:
             for k in list(self.input_ptrs)[:32]:
                 del self.input_ptrs[k]
 
-    def note_model_output(self, out: Any) -> None:
+    def note_model_output(self, out: Any, maker: int | None = None) -> None:
+        """maker: the id of the model that made `out` under no_grad in train mode; a loss target computed from it
+        puts it in target_makers (its no_grad forwards make training targets, not evaluations)."""
+        tag = "model" if maker is None else f"model@{maker}"
         for t in _tensors(out):
-            self._remember(t, "model")
+            self._remember(t, tag)
             _tag_node(t, _OUT_KEY, "out")
 
     def on_call(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -143,8 +147,9 @@ class Objectives:
                         tags = (tags or set()) | {rec[1]}
             if not tags:
                 return
-            tag = "model" if "model" in tags else ("fill" if tags == {"fill"} else "arange" if tags == {"arange"}
-                                                   else "made")
+            made_by = next((t for t in tags if t.startswith("model@")), None)
+            tag = made_by or ("model" if "model" in tags else ("fill" if tags == {"fill"} else "arange"
+                                                                if tags == {"arange"} else "made"))
         for t in _tensors(out):
             self._remember(t, tag)
 
@@ -159,7 +164,9 @@ class Objectives:
         if not isinstance(target, torch.Tensor):
             return "data"
         tag = self.tag_of(target)
-        if tag == "model" or target.requires_grad:
+        if tag is not None and tag.startswith("model@"):
+            self.target_makers.add(int(tag[6:]))
+        if (tag is not None and tag.startswith("model")) or target.requires_grad:
             return "model"
         if tag in ("fill", "arange", "made"):
             flat = target.reshape(-1)

@@ -32,7 +32,9 @@ def on_root_output(w, module, out) -> None:
     with gradients on, a hook on its graph tells whether any backward() ever reaches it."""
     from torchwise.diagnose.checks.followed import remember
     step_record.note_root_output(w, module, out)
-    w.objective.note_model_output(out)
+    # an output made under no_grad in train mode is followed by its maker: is it a loss's target (training) or
+    # an evaluation (eval-mode-missing)?
+    w.objective.note_model_output(out, maker=id(module) if module.training and not torch.is_grad_enabled() else None)
     tensors = _out_tensors(out)
     for t in tensors[:1]:
         if t.is_floating_point() and t.dim() >= 1:
@@ -111,6 +113,7 @@ def decide_graph_uses(w) -> list[Finding]:
 # a forward whose rows are at most this share of rows trained on is held-out data (a replay buffer's states,
 # which the optimizer later samples, reach far more)
 _HELD_OUT_SHARE = 0.2
+_HELD_OUT_MIN_ROWS = 8  # distinct input rows, over the forwards of one call site, before they are judged held out
 
 
 def unused_train_mode_forwards(w) -> list[dict]:
@@ -123,11 +126,15 @@ def unused_train_mode_forwards(w) -> list[dict]:
     # noise or on another model's output: "rows never trained on" says nothing there, and a forward of it that
     # no backward() uses is a sample drawn to look at, not an evaluation
     chained = {r for pair in step_record.jstate(w)["feeds"] for r in pair}
-    out = []
+    # judged per call site and model, over all its forwards: a validation function that feeds one sample at a
+    # time (batch size 1, a segmentation net on whole images) shows its held-out rows across its calls
+    sites: dict[tuple, list[dict]] = {}
     for f in held["forwards"]:
-        if f.get("root") in chained:
-            continue
-        hs = f["hashes"]
-        if len(hs) >= 8 and sum(x in w.inputs.reached_rows for x in hs) <= _HELD_OUT_SHARE * len(hs):
-            out.append(f)
+        if f.get("root") not in chained:
+            sites.setdefault((f.get("root"), f["where"]), []).append(f)
+    out = []
+    for forwards in sites.values():
+        hs = {x for f in forwards for x in f["hashes"]}
+        if len(hs) >= _HELD_OUT_MIN_ROWS and sum(x in w.inputs.reached_rows for x in hs) <= _HELD_OUT_SHARE * len(hs):
+            out.extend(forwards)
     return out

@@ -46,16 +46,16 @@ def decide(w, ls: dict) -> list[Finding]:
 
 def _mode_mistakes(w) -> list[Finding]:
     """eval-mode-missing and train-mode-missing: the layers that behave by mode, in the wrong one."""
-    unused = [] if w.hits.get("eval-mode-missing") else graph_uses.unused_train_mode_forwards(w)
-    out: list[Finding] = []
     h = w.hits
-    if h.get("eval-mode-missing"):
-        info = w.hit_info.get("eval-mode-missing", {})
-        out.append(Finding("eval-mode-missing", where=w.hit_where.get("eval-mode-missing"),
-                           message=f"{h['eval-mode-missing']} forward pass(es) made for evaluation (under torch.no_grad(), "
+    evals, where, info = _eval_forwards_in_train_mode(w)
+    unused = [] if evals else graph_uses.unused_train_mode_forwards(w)
+    out: list[Finding] = []
+    if evals:
+        out.append(Finding("eval-mode-missing", where=where,
+                           message=f"{evals} forward pass(es) made for evaluation (under torch.no_grad(), "
                                    "or over a loader with no optimizer step) ran with the model still in training mode; "
                                    "its Dropout/BatchNorm layers behave differently there.",
-                           evidence={"eval_forwards_in_train_mode": h["eval-mode-missing"]} | info))
+                           evidence={"eval_forwards_in_train_mode": evals} | info))
     elif unused:
         n, samples = len(unused), sum(f["samples"] for f in unused)
         out.append(Finding("eval-mode-missing", where=unused[0]["where"],
@@ -71,6 +71,22 @@ def _mode_mistakes(w) -> list[Finding]:
                                    "(model.training == False) by a model with Dropout/BatchNorm layers.",
                            evidence={"steps_trained_in_eval_mode": h["train-mode-missing"], "steps": w.steps}))
     return out
+
+
+def _eval_forwards_in_train_mode(w) -> tuple[int, str | None, dict]:
+    """Forwards made for evaluation in train mode: in an evaluation pass, and under no_grad by a model whose output
+    never became a loss's target (a DQN's target network and a distillation teacher run under no_grad to make the
+    targets of training: that is training, whatever mode they are in)."""
+    n, where = w.hits.get("eval-mode-missing", 0), w.hit_where.get("eval-mode-missing")
+    info = dict(w.hit_info.get("eval-mode-missing", {}))
+    makers = w.objective.target_makers
+    for root, rec in w.hit_info.get("eval-mode-missing~nograd", {}).items():
+        if root in makers:
+            continue
+        n += rec["forwards"]
+        where = where or rec["where"]
+        info.setdefault("model", rec["model"])
+    return n, where, info
 
 
 def _unregistered_submodules(w) -> tuple[list[Finding], set[int]]:
