@@ -61,6 +61,11 @@ class LossesWatcher(Protocol):
     def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
 
 
+# the nodes a batch-mean test looks through: a loss made of terms added, subtracted or scaled
+_PASS_THROUGH = frozenset({"AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "MulBackward0",
+                           "DivBackward0", "NegBackward0"})
+
+
 class LossAndBackward:
     """The Watcher's part (w.loss_watch) that sees each loss function call (deep steps) and each backward()."""
 
@@ -93,6 +98,10 @@ class LossAndBackward:
         # loss-average-wrong-count: the loss tensors returned by a torch loss function with reduction="mean"
         # (deep steps)
         self._mean_loss_outs: dict[int, weakref.ref] = {}
+        # beside each loss value: the rows of the training forward before it, and whether it is a batch mean (True,
+        # False; None where not looked at: outside deep steps)
+        self.loss_rows: list[int | None] = []
+        self.loss_is_mean: list[bool | None] = []
 
     def on_loss(self, kind: str, func: Any, inp: Any, target: Any, kwargs: dict, out: Any, npos: int = 2,
                 source: str | None = None) -> None:
@@ -104,6 +113,7 @@ class LossAndBackward:
             followed.remember(self.w.loss_outs, out, "loss")
             if out.dim() == 0 and kwargs.get("reduction", "mean") == "mean" and npos == 2 and \
                     kwargs.get("size_average") is None and kwargs.get("reduce") is None:
+                self._mean_loss_outs.pop(id(out), None)  # a reused id to the end: the newest is evicted last
                 self._mean_loss_outs[id(out)] = weakref.ref(out)
                 if len(self._mean_loss_outs) > 64:
                     for k in list(self._mean_loss_outs)[:32]:
@@ -175,6 +185,25 @@ class LossAndBackward:
         if use["dtype"] is None:
             use.update(dtype=str(dtype).replace("torch.", ""), device=tensor.device.type, first_step=self.w.steps)
 
+    def _is_batch_mean(self, loss: torch.Tensor) -> bool:
+        """Whether `loss` is a mean over its batch: a torch loss with reduction="mean", or a graph whose terms
+        (through sums, differences and scalings) include a mean and no sum (`hinge.mean() + c * w @ w / 2`)."""
+        ref = self._mean_loss_outs.get(id(loss))
+        if ref is not None and ref() is loss:
+            return True
+        seen_mean, todo, looked = False, [loss.grad_fn], 0
+        while todo and looked < 12:
+            node = todo.pop()
+            looked += 1
+            name = type(node).__name__ if node is not None else ""
+            if name.startswith("Mean"):
+                seen_mean = True
+            elif name.startswith("Sum"):
+                return False
+            elif name in _PASS_THROUGH:
+                todo.extend(n for n, _ in node.next_functions if n is not None)
+        return seen_mean
+
     def on_backward(self, tensors: Any) -> None:
         first = tensors if isinstance(tensors, torch.Tensor) else (
             tensors[0] if isinstance(tensors, (tuple, list)) and tensors else None)
@@ -192,6 +221,8 @@ class LossAndBackward:
         if len(self.losses) < 200_000 and not self.w.driven:  # driven: end_step() brings the value
             self.losses.append(value)
             self.loss_steps.append(self.w.steps)
+            self.loss_rows.append(self.w.models.last_train_rows)
+            self.loss_is_mean.append(self._is_batch_mean(loss) if self.deep.active else None)
             cur = self.w.loaders.cur_pass
             if cur is not None and not cur.closed:
                 cur.loss_idx.append(len(self.losses) - 1)
@@ -205,6 +236,7 @@ class LossAndBackward:
             if loss.grad_fn is not None:
                 ref = weakref.ref(loss)
                 self.bw_refs.append((self.w.steps, ref, graph_marker(loss)))
+                self.bw_ids.pop(id(loss), None)
                 self.bw_ids[id(loss)] = ref
                 if len(self.bw_ids) > 64:
                     for k in list(self.bw_ids)[:32]:

@@ -127,6 +127,8 @@ class LoaderPasses:
         self.val_aug_candidates: list[dict] = []
         # loss-average-wrong-count: what the script printed (OutputTap) and the training passes that ended
         self.printed: list[tuple[int, str, str | None]] = []
+        # ... and in a loop that batches by hand (no loader pass): (optimizer steps, losses seen, text, where)
+        self.printed_by_step: list[tuple[int, int, str, str | None]] = []
         self.printed_chars = 0
         self.train_passes_ended = 0
 

@@ -74,6 +74,7 @@ class ModelHooks:
         self.bn_counts: dict[int, dict] = {}  # id(BatchNorm) -> its name and (batch, values per channel) per forward
         self.bn_where: str | None = None
         self.pending_evalmode_train: str | None = None
+        self.last_train_rows: int | None = None  # rows of the last training forward (a loss of a hand-made batch)
         self.eval_forwards = 0  # forwards under no_grad or in the eval phase (ReduceLROnPlateau's evidence)
         self._direct_frame: Any = None  # the frame of the last model.forward(x) called directly (see _direct_forward)
 
@@ -287,6 +288,8 @@ class ModelHooks:
             x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
         if x is None:
             return
+        if is_train_fwd and x.dim() >= 1:
+            self.last_train_rows = int(x.shape[0])
         if is_train_fwd and info.has_conv and not self.w.driven and torch.backends.cudnn.benchmark:
             self.inputs.note_sample_shape(info, args, x)
         if self.deep.active:

@@ -98,6 +98,7 @@ class Objectives:
             if len(self.origin) >= _KEEP:
                 for k in list(self.origin)[:_KEEP // 2]:
                     del self.origin[k]
+        self.origin.pop(id(t), None)  # a reused id goes to the end, or the eviction above would drop it first
         self.origin[id(t)] = (weakref.ref(t), tag)
 
     def tag_of(self, t: torch.Tensor) -> str | None:

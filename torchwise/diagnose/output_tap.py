@@ -31,10 +31,14 @@ class OutputTap:
         if self._tw_on:
             try:
                 w = self._tw_watcher.loaders  # the printed text belongs to the loader passes' time line
-                if isinstance(text, str) and w.train_passes_ended and w.printed_chars < self.MAX_CHARS \
-                        and any(c.isdigit() for c in text):
-                    w.printed_chars += len(text)
-                    w.printed.append((w.train_passes_ended, text, user_where(2)))
+                if isinstance(text, str) and w.printed_chars < self.MAX_CHARS and any(c.isdigit() for c in text):
+                    if w.train_passes_ended:
+                        w.printed_chars += len(text)
+                        w.printed.append((w.train_passes_ended, text, user_where(2)))
+                    elif self._tw_watcher.steps and not w.passes:  # batches made by hand: the steps' time line
+                        w.printed_chars += len(text)
+                        w.printed_by_step.append((self._tw_watcher.steps, len(self._tw_watcher.loss_watch.losses),
+                                                  text, user_where(2)))
             except Exception:  # the script's output comes first
                 pass
         return n

@@ -111,6 +111,8 @@ class LossesView(Protocol):
     backward_where: str | None
     losses: list                          # loss tensors (floats in driven mode)
     loss_steps: list[int]
+    loss_rows: list                       # beside each loss: the rows of the training forward before it
+    loss_is_mean: list                    # ... and whether it is a batch mean (None: not looked at)
     bw_refs: list
 
     def note_autocast(self, what: str, tensor: Any) -> None: ...
@@ -123,6 +125,7 @@ class ModelsView(Protocol):
     roots: dict[int, RootInfo]
     stack: list[nn.Module]
     pending_evalmode_train: str | None
+    last_train_rows: int | None
 
     def module_name(self, m: nn.Module) -> str: ...
     def mod_pre(self, module: nn.Module, args: tuple) -> None: ...

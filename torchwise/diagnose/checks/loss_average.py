@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import re as _re
+from dataclasses import dataclass
+from typing import Any
 
 from torchwise.diagnose.catalog import Finding
 
@@ -74,6 +76,8 @@ def _epoch_formulas(w, p, vals: list[float]) -> tuple[dict, dict] | None:
     if dataset and sampler and dataset != sampler:
         wrong["sum(loss*n)/len(dataset)"] = s_per_sample / dataset
     wrong["sum(loss*n)/batches"] = s_per_sample / batches
+    if batches >= 3:  # `for i, batch in enumerate(...)` and then `/ i`: the last index, one less than the count
+        wrong["sum(loss)/(batches-1)"] = s_mean / (batches - 1)
     if n_loader:
         wrong["sum(loss*n)/len(loader)"] = s_per_sample / n_loader
     if p.mean_losses and not p.other_losses:  # every checked loss was a mean: a sum of them is per batch
@@ -105,12 +109,12 @@ def loss_average_wrong_count(w) -> list[Finding]:
     4 significant ones), equals no right formula's value, and differs from the right ones by 10% or more:
     in two epochs, or in one with 6 significant digits or more. Any epoch whose printed numbers match a
     right formula instead makes the run undecided (not reported)."""
-    if not w.loaders.printed or w.driven:
+    if w.driven or not (w.loaders.printed or w.loaders.printed_by_step):
         return []
-    passes = [p for p in w.loaders.passes if p.steps > 0 and p.ended and p.closed]
-    if not passes:
+    candidates = _loader_epochs(w) + _hand_made_epochs(w)
+    if not candidates:
         return []
-    hits, right_seen = _printed_averages(w, passes)
+    hits, right_seen = _printed_averages(w, candidates)
     if right_seen or len(hits) != 1:
         return []
     (name, evs), = hits.items()
@@ -121,26 +125,74 @@ def loss_average_wrong_count(w) -> list[Finding]:
     what = _formula_words(name, e)
     return [Finding("loss-average-wrong-count", where=e["site"],
                     message=f"The epoch loss the script printed ({e['printed']:.6g}, after training pass "
-                            f"{e['epoch']} over the loader; {len(epochs)} pass(es) like it) is {what}: the mean "
+                            f"{e['epoch']} {e['over']}; {len(epochs)} pass(es) like it) is {what}: the mean "
                             f"loss of that pass was {e['true_mean']:.6g}.",
                     evidence={"formula": name, "printed": e["printed"], "true_mean": e["true_mean"],
                               "epochs": epochs, "samples_drawn": e["samples"], "batches": e["batches"],
                               "dataset_len": e["dataset"], "sampler_len": e["sampler"]})]
 
 
-def _printed_averages(w, passes: list) -> tuple[dict[str, list[dict]], bool]:
-    """The numbers printed after each training pass that equal a wrong formula's value (by the formula's
-    name, with what the pass was), and whether any printed number equals a right formula's value."""
-    vals = w.loss_values()
+def _loader_epochs(w) -> list[tuple[Any, list[tuple[str, str | None]]]]:
+    """Each training pass over a loader that ran to its end, with what was printed after it (before the next
+    one ended)."""
+    passes = [p for p in w.loaders.passes if p.steps > 0 and p.ended and p.closed]
     by_tag: dict[int, list[tuple[str, str | None]]] = {}
     for tag, text, where in w.loaders.printed:
         by_tag.setdefault(tag, []).append((text, where))
+    return [(p, by_tag[k]) for k, p in enumerate(passes, start=1) if by_tag.get(k)]
+
+
+@dataclass
+class _HandMadeEpoch:
+    """The steps of a loop that makes its batches by hand (`X[perm[i:i + bs]]`), between two prints of the same
+    line: what a loader pass is to _epoch_formulas (no loader, so no dataset or sampler length)."""
+    batch_sizes: list
+    loss_idx: list
+    mean_losses: int
+    other_losses: int
+    site: str | None
+    loader: Any = None
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.loss_idx)
+
+    @property
+    def steps(self) -> int:
+        return len(self.loss_idx)
+
+
+_ANY_NUMBER = _re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _hand_made_epochs(w) -> list[tuple[Any, list[tuple[str, str | None]]]]:
+    """In a loop with no loader pass: the steps between two prints of one line (the same text but its numbers,
+    printed from the same place) are its epoch, when each of those steps made one backward(). The first print's
+    epoch starts at the first step."""
+    ls = w.loss_watch
+    last: dict[tuple, tuple[int, int]] = {}
+    out = []
+    for steps, n_losses, text, where in w.loaders.printed_by_step:
+        line = (_ANY_NUMBER.sub("#", text.strip()), where)
+        s0, l0 = last.get(line, (0, 0))
+        last[line] = (steps, n_losses)
+        idx = list(range(l0, min(n_losses, len(ls.losses))))
+        if len(idx) < 2 or len(idx) != steps - s0 or any(i >= len(ls.loss_rows) for i in idx):
+            continue
+        rows = [ls.loss_rows[i] for i in idx]
+        means = [ls.loss_is_mean[i] for i in idx]
+        out.append((_HandMadeEpoch(batch_sizes=rows, loss_idx=idx, mean_losses=sum(m is True for m in means),
+                                   other_losses=sum(m is False for m in means), site=where), [(text, where)]))
+    return out
+
+
+def _printed_averages(w, epochs: list) -> tuple[dict[str, list[dict]], bool]:
+    """The numbers printed after each training epoch that equal a wrong formula's value (by the formula's
+    name, with what the epoch was), and whether any printed number equals a right formula's value."""
+    vals = w.loss_values()
     hits: dict[str, list[dict]] = {}
     right_seen = False
-    for k, p in enumerate(passes, start=1):
-        chunks = by_tag.get(k)
-        if not chunks:
-            continue
+    for k, (p, chunks) in enumerate(epochs, start=1):
         forms = _epoch_formulas(w, p, vals)
         if forms is None:
             continue
@@ -154,7 +206,8 @@ def _printed_averages(w, passes: list) -> tuple[dict[str, list[dict]], bool]:
                     continue
                 for name, target in wrong.items():
                     if _close(value, half, target):
-                        hits.setdefault(name, []).append(dict(info, epoch=k, printed=value, digits=sig,
+                        over = "of the hand-made batches" if isinstance(p, _HandMadeEpoch) else "over the loader"
+                        hits.setdefault(name, []).append(dict(info, epoch=k, printed=value, digits=sig, over=over,
                                                               wrong_value=target, site=where or p.site))
                         break
     return hits, right_seen
@@ -171,6 +224,8 @@ def _formula_words(name: str, e: dict) -> str:
                                    f"({e['batches']} batches)",
         "sum(loss)/samples": f"the sum of the batches' mean losses divided by the number of samples "
                              f"({e['samples']}) instead of the number of batches ({e['batches']})",
+        "sum(loss)/(batches-1)": f"the sum of the batches' losses divided by {e['batches'] - 1}, one less than the "
+                                 f"number of batches ({e['batches']}: the last index of enumerate(), not the count)",
         "sum(loss)/len(dataset)": f"the sum of the batches' mean losses divided by len(loader.dataset) "
                                   f"({e['dataset']}) instead of the number of batches ({e['batches']})",
     }[name]

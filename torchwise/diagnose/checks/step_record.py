@@ -124,7 +124,11 @@ def note_root_output(w, module, out) -> None:
     if t is None:
         return
     ptrs = jstate(w)["out_ptrs"]
-    ptrs[(t.data_ptr(), t.numel())] = id(module)
+    key = (t.data_ptr(), t.numel())
+    # moved to the end: the allocator hands a freed output's address to the next output, and a key kept at its
+    # first place would be the first evicted below (then a GAN's fake, fed to the critic, looked unused)
+    ptrs.pop(key, None)
+    ptrs[key] = id(module)
     if len(ptrs) > 32:
         for k in list(ptrs)[:16]:
             del ptrs[k]
