@@ -182,6 +182,7 @@ class FunctionMode(TorchFunctionMode):
         self.loaders = watcher.loaders        # read on every torch call: one lookup, as before
         self.loss_watch = watcher.loss_watch  # the losses seen (deep steps)
         self.optim_steps = watcher.optim_steps  # a hand-written update is a step
+        self.models = watcher.models          # whether a model's forward is running (its stack of layers)
         self.deep = watcher.deep              # whether this step is a deep one; the NaN hunt
         self.active = True
 
@@ -193,8 +194,10 @@ class FunctionMode(TorchFunctionMode):
             return func(*args, **kwargs)  # (dynamo must not trace the warnings swap; a batch being made is not the step)
         if self.optim_steps.manual_watch and func in _INPLACE_FUNCS:
             self.optim_steps.note_manual_update(args)
-        if not (self.deep.active or w.in_loss_scope) or (self.optim_steps.in_step and not torch.is_grad_enabled()):
-            return _call_torch(func, args, kwargs)  # (the optimizer's own update under no_grad: nothing to see)
+        if not (self.deep.active or w.in_loss_scope) or (
+                (self.optim_steps.in_step or self.models.stack) and not torch.is_grad_enabled()):
+            # (the optimizer's own update, and a model's layers under no_grad: nothing a detector reads)
+            return _call_torch(func, args, kwargs)
         out = _call_torch(func, args, kwargs)
         deep = self.deep
         if deep.op_hunt or (w.check_mode and deep.nonfinite_op is None and func in _NAN_PRONE):

@@ -197,6 +197,12 @@ class ModelHooks:
     def mod_pre(self, module, args):
         if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
             return
+        if self.stack and not torch.is_grad_enabled():
+            # inside a model's forward under no_grad (an evaluation, a sampling loop): what the deep hooks look at
+            # per layer (activations, NaN culprits, unregistered layers, BatchNorm batches) is training's; only the
+            # root's output is looked at (its mode, what it is compared with)
+            self.stack.append(module)
+            return
         try:
             with quiet():
                 self._mod_pre_impl(module, args)
@@ -205,6 +211,10 @@ class ModelHooks:
 
     def mod_post(self, module, args, out):
         if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
+            return
+        stack = self.stack
+        if len(stack) > 1 and stack[-1] is module and not torch.is_grad_enabled():
+            stack.pop()  # a layer inside a model's forward under no_grad (see mod_pre)
             return
         try:
             with quiet():
