@@ -156,8 +156,8 @@ class LossAndBackward:
                     if loss_watch.deep.active:
                         retain = (args[1] if len(args) > 1 else kwargs.get("retain_graph")) or \
                             (args[2] if len(args) > 2 else kwargs.get("create_graph"))
-                        if isinstance(tensors, torch.Tensor):
-                            watcher.objective.on_backward(tensors)
+                        if isinstance(tensors, torch.Tensor) and not loss_watch.deep.light():
+                            watcher.objective.on_backward(tensors)  # (light: a loss made in a forward is untagged)
                         accumulation.accum_on_backward(watcher, tensors, retain_graph=bool(retain))
             except Exception as exc:
                 watcher.health.internal_error("backward patch", exc)
@@ -222,7 +222,9 @@ class LossAndBackward:
             self.losses.append(value)
             self.loss_steps.append(self.w.steps)
             self.loss_rows.append(self.w.models.last_train_rows)
-            self.loss_is_mean.append(self._is_batch_mean(loss) if self.deep.active else None)
+            mean = self._is_batch_mean(loss) if self.deep.active else None
+            # a light step's "not a mean" may be a loss made inside a forward the function mode did not see
+            self.loss_is_mean.append(None if mean is False and self.deep.light() else mean)
             cur = self.w.loaders.cur_pass
             if cur is not None and not cur.closed:
                 cur.loss_idx.append(len(self.losses) - 1)
@@ -230,7 +232,7 @@ class LossAndBackward:
                     ref = self._mean_loss_outs.get(id(loss))
                     if ref is not None and ref() is loss:
                         cur.mean_losses += 1
-                    else:
+                    elif not self.deep.light():
                         cur.other_losses += 1
         if self.deep.active:
             if loss.grad_fn is not None:

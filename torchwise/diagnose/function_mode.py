@@ -202,6 +202,8 @@ class FunctionMode(TorchFunctionMode):
         deep = self.deep
         if deep.op_hunt or (w.check_mode and deep.nonfinite_op is None and func in _NAN_PRONE):
             deep.hunt_op(func, args, out)
+        if self.models.light_forward and func not in _TOKEN_FUNCS:
+            return out  # a model's layers in a light deep step: only the NaN hunt above, and its token encodings
         try:
             w.objective.on_call(func, args, kwargs, out)
             source = w.objective.on_loss_term(func, args, kwargs, out, tokens=self.loss_watch.token_targets) \

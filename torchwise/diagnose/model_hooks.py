@@ -54,6 +54,7 @@ class ModelsWatcher(Protocol):
     phase_now: str | None
 
     def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
+    def pause_function_mode(self, paused: bool) -> None: ...
 
 
 class ModelHooks:
@@ -74,6 +75,8 @@ class ModelHooks:
         self.bn_counts: dict[int, dict] = {}  # id(BatchNorm) -> its name and (batch, values per channel) per forward
         self.bn_where: str | None = None
         self.pending_evalmode_train: str | None = None
+        self._mode_paused_in_forward = False  # the function mode left the stack for a no_grad forward
+        self.light_forward = False  # a model's forward in a light deep step runs now (deep_steps.LIGHT_AFTER_STEPS)
         self.last_train_rows: int | None = None  # rows of the last training forward (a loss of a hand-made batch)
         self.eval_forwards = 0  # forwards under no_grad or in the eval phase (ReduceLROnPlateau's evidence)
         self._direct_frame: Any = None  # the frame of the last model.forward(x) called directly (see _direct_forward)
@@ -208,6 +211,13 @@ class ModelHooks:
                 self._mod_pre_impl(module, args)
         except Exception as exc:
             self.health.internal_error("module forward pre-hook", exc)
+        if len(self.stack) == 1 and id(module) in self.roots:  # a model's forward starts (not a loss module's)
+            if not torch.is_grad_enabled() and not self._mode_paused_in_forward:
+                # under no_grad: its torch calls skip the function mode altogether (see mod_post)
+                self.w.pause_function_mode(True)
+                self._mode_paused_in_forward = True
+            elif torch.is_grad_enabled() and self.deep.light():
+                self.light_forward = True  # the function mode only hunts NaN-making operations in it
 
     def mod_post(self, module, args, out):
         if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
@@ -221,6 +231,11 @@ class ModelHooks:
                 self._mod_post_impl(module, args, out)
         except Exception as exc:
             self.health.internal_error("module forward hook", exc)
+        if not self.stack:
+            self.light_forward = False
+            if self._mode_paused_in_forward:
+                self._mode_paused_in_forward = False
+                self.w.pause_function_mode(False)
 
     def global_root_pre(self, module, args):
         if id(module) in self.roots:  # one dict lookup for the many modules that are not a model
