@@ -185,6 +185,7 @@ class FunctionMode(TorchFunctionMode):
         self.models = watcher.models          # whether a model's forward is running (its stack of layers)
         self.deep = watcher.deep              # whether this step is a deep one; the NaN hunt
         self.active = True
+        self.analysed = 0  # torch calls looked at beyond the NaN hunt (the cost cuts' tests count them)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -204,6 +205,7 @@ class FunctionMode(TorchFunctionMode):
             deep.hunt_op(func, args, out)
         if self.models.light_forward and func not in _TOKEN_FUNCS:
             return out  # a model's layers in a light deep step: only the NaN hunt above, and its token encodings
+        self.analysed += 1
         try:
             w.objective.on_call(func, args, kwargs, out)
             source = w.objective.on_loss_term(func, args, kwargs, out, tokens=self.loss_watch.token_targets) \

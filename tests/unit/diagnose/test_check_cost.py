@@ -55,3 +55,49 @@ def test_a_late_nan_is_still_named_with_its_operation(tmp_path):
     assert f.evidence["operation"] == "torch.log" and "Squash" in f.message, f.message
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "torch.log(x)" in text)
     assert f.where.endswith(f":{line}"), f.where
+
+
+def test_model_forwards_under_no_grad_and_in_light_steps_skip_the_per_call_analysis():
+    """A model's own torch calls are analysed one by one in the first deep steps only: after LIGHT_AFTER_STEPS a
+    training forward's layers are not (its loss outside the forward still is), and a forward under no_grad never
+    is. Counted calls, not time."""
+    from torchwise.diagnose.deep_steps import LIGHT_AFTER_STEPS
+    from torchwise.diagnose.watch import Watcher
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(6))
+            self.head = torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.nn.functional.relu(layer(x)) + x * 0.5
+            return self.head(x)
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    w = Watcher(check_mode=True).attach()
+    per_step = []
+    try:
+        for step in range(LIGHT_AFTER_STEPS + 5):
+            before = w.function_mode.analysed
+            x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            per_step.append(w.function_mode.analysed - before)
+        x = torch.randn(16, 8)
+        with torch.no_grad():
+            before = w.function_mode.analysed
+            model(x)
+            no_grad_forward = w.function_mode.analysed - before
+    finally:
+        w.detach()
+    early, light = per_step[5], per_step[LIGHT_AFTER_STEPS + 2]
+    assert early - light >= 6 * 3, per_step  # the layers' linear, relu, add and mul calls are no longer analysed
+    assert light > 0, per_step               # the loss and what follows the output still are
+    assert no_grad_forward == 0
+    assert w.steps == LIGHT_AFTER_STEPS + 5
