@@ -145,6 +145,9 @@ def _missing_needs(p: Program) -> list[str]:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _HEX_ID = re.compile(r"\b[0-9a-f]{8,}\b")  # run ids, hashes
 _NUMBER = re.compile(r"[-+]?(\d[\d,_]*\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf")
+# a progress bar printed as lines (fastprogress or tqdm without a terminal): which updates are printed depends on
+# how fast the run goes (they are throttled by time), so two runs of the same code print different ones
+_PROGRESS_BAR = re.compile(r"\|[^|]{10,}\|\s*[\d.]+%|\d+%\|[^|]*\|")
 
 
 def _shape(text: str, folder: str) -> list[str]:
@@ -154,6 +157,8 @@ def _shape(text: str, folder: str) -> list[str]:
     out: list[str] = []
     for line in text.replace(folder, "<dir>").splitlines():
         line = _ANSI.sub("", line.rsplit("\r", 1)[-1])
+        if _PROGRESS_BAR.search(line):
+            continue
         line = "".join(_NUMBER.sub("#", _HEX_ID.sub("<id>", line)).split())  # tensors pad numbers to a width
         if line.strip() and (not out or out[-1] != line):
             out.append(line)

@@ -91,3 +91,15 @@ def test_the_halves_are_fixed_by_repository(tmp_path):
     assert loaded["a"] == loaded["b"] == halves[repos[0]] and loaded["c"] == halves[repos[1]]
     only = run_corpus.load_programs(root=tmp_path, split=halves[repos[0]])
     assert {p.name for p in only} >= {"a", "b"}
+
+
+def test_progress_bars_printed_as_lines_are_not_compared():
+    """fastprogress and tqdm without a terminal print an update as a line when enough time has passed: a slower
+    run prints other updates of the same bar. Those lines are left out of the comparison; the rest is kept."""
+    fast = ("epoch     train_loss\nEpoch 1/2 : |----------------------------------------| 0.00% [0/250 00:00<?]\n"
+            "Epoch 1/2 : |██--------------------------------------| 5.60% [14/250 00:00<00:02... 2.3071]\n"
+            "loss: 0.48:  12%|█▎        | 5/40 [00:05<00:38,  1.09s/it]\n1     2.301       2.298\n")
+    slow = ("epoch     train_loss\nEpoch 1/2 : |█---------------------------------------| 2.40% [6/250 00:01<00:09]\n"
+            "1     2.404       2.398\n")
+    assert run_corpus._shape(fast, "/x") == run_corpus._shape(slow, "/x") == ["epochtrain_loss", "###"]
+    assert run_corpus._shape("a | b | c 50% done\n", "/x") == ["a|b|c#%done"]  # a table with bars stays
