@@ -216,8 +216,9 @@ class ModelHooks:
                 # under no_grad: its torch calls skip the function mode altogether (see mod_post)
                 self.w.pause_function_mode(True)
                 self._mode_paused_in_forward = True
-            elif torch.is_grad_enabled() and self.deep.light():
-                self.light_forward = True  # the function mode only hunts NaN-making operations in it
+            # light: the function mode only hunts NaN-making operations in it (set each time: a forward that raised
+            # never reached the post-hook that clears it)
+            self.light_forward = torch.is_grad_enabled() and self.deep.light()
 
     def mod_post(self, module, args, out):
         if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
