@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import torch
 
+from torchwise.diagnose.bounded import put_newest
 from torchwise.diagnose.checks import accumulation, followed
 from torchwise.diagnose.checks import model as model_checks
 from torchwise.diagnose.function_mode import FunctionMode
@@ -113,11 +114,7 @@ class LossAndBackward:
             followed.remember(self.w.loss_outs, out, "loss")
             if out.dim() == 0 and kwargs.get("reduction", "mean") == "mean" and npos == 2 and \
                     kwargs.get("size_average") is None and kwargs.get("reduce") is None:
-                self._mean_loss_outs.pop(id(out), None)  # a reused id to the end: the newest is evicted last
-                self._mean_loss_outs[id(out)] = weakref.ref(out)
-                if len(self._mean_loss_outs) > 64:
-                    for k in list(self._mean_loss_outs)[:32]:
-                        del self._mean_loss_outs[k]
+                put_newest(self._mean_loss_outs, id(out), weakref.ref(out))
         if self.loss_where.get(kind) is None:
             self.loss_where[kind] = user_where()
         where = self.loss_where[kind]
@@ -185,12 +182,10 @@ class LossAndBackward:
         if use["dtype"] is None:
             use.update(dtype=str(dtype).replace("torch.", ""), device=tensor.device.type, first_step=self.w.steps)
 
-    def _is_batch_mean(self, loss: torch.Tensor) -> bool:
-        """Whether `loss` is a mean over its batch: a torch loss with reduction="mean", or a graph whose terms
-        (through sums, differences and scalings) include a mean and no sum (`hinge.mean() + c * w @ w / 2`)."""
-        ref = self._mean_loss_outs.get(id(loss))
-        if ref is not None and ref() is loss:
-            return True
+    @staticmethod
+    def _graph_is_mean(loss: torch.Tensor) -> bool:
+        """Whether a loss no torch loss function returned is a mean over its batch: a graph whose terms (through
+        sums, differences and scalings) include a mean and no sum (`hinge.mean() + c * w @ w / 2`)."""
         seen_mean, todo, looked = False, [loss.grad_fn], 0
         while todo and looked < 12:
             node = todo.pop()
@@ -222,27 +217,25 @@ class LossAndBackward:
             self.losses.append(value)
             self.loss_steps.append(self.w.steps)
             self.loss_rows.append(self.w.models.last_train_rows)
-            mean = self._is_batch_mean(loss) if self.deep.active else None
+            ref = self._mean_loss_outs.get(id(loss))
+            fn_mean = ref is not None and ref() is loss  # a torch loss function's reduction="mean"
             # a light step's "not a mean" may be a loss made inside a forward the function mode did not see
-            self.loss_is_mean.append(None if mean is False and self.deep.light() else mean)
+            light = self.deep.active and self.deep.light()
+            mean = (fn_mean or self._graph_is_mean(loss)) if self.deep.active else None
+            self.loss_is_mean.append(None if mean is False and light else mean)
             cur = self.w.loaders.cur_pass
             if cur is not None and not cur.closed:
                 cur.loss_idx.append(len(self.losses) - 1)
                 if self.deep.active:
-                    ref = self._mean_loss_outs.get(id(loss))
-                    if ref is not None and ref() is loss:
+                    if fn_mean:
                         cur.mean_losses += 1
-                    elif not self.deep.light():
+                    elif not light:
                         cur.other_losses += 1
         if self.deep.active:
             if loss.grad_fn is not None:
                 ref = weakref.ref(loss)
                 self.bw_refs.append((self.w.steps, ref, graph_marker(loss)))
-                self.bw_ids.pop(id(loss), None)
-                self.bw_ids[id(loss)] = ref
-                if len(self.bw_ids) > 64:
-                    for k in list(self.bw_ids)[:32]:
-                        del self.bw_ids[k]
+                put_newest(self.bw_ids, id(loss), ref)
             if self.deep.first_nonfinite_loss_step is None and not bool(torch.isfinite(value)):
                 self.deep.first_nonfinite_loss_step = self.w.steps
                 self.deep.op_hunt = self.w.function_mode is not None  # name the operation at the next forward

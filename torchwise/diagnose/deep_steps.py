@@ -22,10 +22,10 @@ NONFINITE_HUNT_STEPS = 50
 # check mode: every operation's output is looked at for NaN/inf in the first OP_HUNT_STEPS optimizer steps (a
 # NaN from the start), and again from the first non-finite loss or module output on (the next forwards)
 OP_HUNT_STEPS = 10  # deep steps after the first nan/inf loss, looking for the module that makes it
-# check mode: after this many optimizer steps a deep step's model forwards are "light": the function mode leaves
-# the stack while a model's forward runs (its layers' hooks stay). What it sees inside a forward (the loss and relu
-# calls a model makes itself, the objective's tags) has been seen by then, and its per-operation cost is most of a
-# deep step's on a model of many small layers. Never while a NaN is being hunted.
+# check mode: after this many optimizer steps a deep step's model forwards are "light": inside them the function
+# mode only hunts NaN-making operations and token encodings (its layers' hooks stay). What else it sees inside a
+# forward (the loss and relu calls a model makes itself, the objective's tags) has been seen by then, and its
+# per-operation analysis is most of a deep step's cost on a model of many small layers. Never while a NaN is hunted.
 LIGHT_AFTER_STEPS = 20
 
 
@@ -151,7 +151,7 @@ class DeepSteps:
             self.driven_handles.clear()
 
     def light(self) -> bool:
-        """Whether model forwards of this (deep) step run without the function mode (see LIGHT_AFTER_STEPS)."""
+        """Whether model forwards of this (deep) step are light (see LIGHT_AFTER_STEPS)."""
         return (self.w.check_mode and self.w.steps >= LIGHT_AFTER_STEPS and not self.op_hunt
                 and self.nonfinite_culprit is None and self.first_nonfinite_loss_step is None)
 

@@ -36,6 +36,10 @@ def run_queue_seconds() -> float:
         return 0.0
 
 
+def _no_queue() -> float:
+    return 0.0
+
+
 class _PassIter:
     """Wraps a DataLoader iterator: times each batch and marks the current pass."""
 
@@ -58,7 +62,8 @@ class _PassIter:
         self._health.maybe_stop()
         info = self._info
         passes = self._passes
-        t0, c0, q0 = time.perf_counter(), time.process_time(), run_queue_seconds()
+        queue = run_queue_seconds if passes.w.check_mode else _no_queue  # a file read: not in the Trainer's loop
+        t0, c0, q0 = time.perf_counter(), time.process_time(), queue()
         # the batch is made with the checker's function mode out of the way: the watcher's checks concern the
         # model's step, and its per-call cost on a transform's tensor ops would make the wait look longer
         # than it is without the checker
@@ -76,7 +81,7 @@ class _PassIter:
             info.gaps.append(t1 - info.last_return)
             info.waits.append(t1 - t0)
             info.cpu_waits.append(time.process_time() - c0)
-            info.queued_waits.append(run_queue_seconds() - q0)
+            info.queued_waits.append(queue() - q0)
         info.last_return = t1
         info.n_batches += 1
         if len(info.batch_sizes) < 100_000:

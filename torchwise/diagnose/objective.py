@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from torchwise.diagnose.bounded import put_newest
 from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 
 # loss functions and the position of their target argument (None: a metric loss over embeddings, no target)
@@ -112,10 +113,7 @@ class Objectives:
     def note_model_input(self, args: tuple, kwargs: dict | None = None) -> None:
         for t in list(_tensors(args))[:4] + list(_tensors(kwargs or {}))[:4]:
             if t.is_floating_point() and t.numel() > 1:
-                self.input_ptrs[t.data_ptr()] = None
-        if len(self.input_ptrs) > 64:
-            for k in list(self.input_ptrs)[:32]:
-                del self.input_ptrs[k]
+                put_newest(self.input_ptrs, t.data_ptr(), None)
 
     def note_model_output(self, out: Any, maker: int | None = None) -> None:
         """maker: the id of the model that made `out` under no_grad in train mode; a loss target computed from it

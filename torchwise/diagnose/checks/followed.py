@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from torchwise.diagnose.bounded import put_newest
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.user_code import user_where
 
@@ -62,10 +63,7 @@ _DATA = torch._C.TensorBase.__dict__.get("data")
 
 def remember(table: dict, t: torch.Tensor, kind: str) -> None:
     """Remember a tensor weakly by id (bounded; a dead tensor whose id was reused fails the weakref test)."""
-    table[id(t)] = (weakref.ref(t), kind)
-    if len(table) > 64:
-        for k in list(table)[:32]:
-            del table[k]
+    put_newest(table, id(t), (weakref.ref(t), kind))
 
 
 def recall(table: dict, t) -> str | None:
@@ -211,11 +209,7 @@ def _note_rows(w, t: torch.Tensor, idx, out: torch.Tensor, kind: str) -> None:
 
 
 def _remember_rows(w, t: torch.Tensor, key, n: int) -> None:
-    table = w.tokens_rows.rows_of
-    table[id(t)] = (weakref.ref(t), key, n)
-    if len(table) > 64:
-        for k in list(table)[:32]:
-            del table[k]
+    put_newest(w.tokens_rows.rows_of, id(t), (weakref.ref(t), key, n))
 
 
 def _rows_of(w, t: torch.Tensor):

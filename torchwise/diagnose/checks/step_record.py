@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from torchwise.diagnose.bounded import put_newest
+
 
 def median(xs):
     xs = sorted(xs)
@@ -123,15 +125,8 @@ def note_root_output(w, module, out) -> None:
         t = out[0]
     if t is None:
         return
-    ptrs = jstate(w)["out_ptrs"]
-    key = (t.data_ptr(), t.numel())
-    # moved to the end: the allocator hands a freed output's address to the next output, and a key kept at its
-    # first place would be the first evicted below (then a GAN's fake, fed to the critic, looked unused)
-    ptrs.pop(key, None)
-    ptrs[key] = id(module)
-    if len(ptrs) > 32:
-        for k in list(ptrs)[:16]:
-            del ptrs[k]
+    # (a reused address moves to the end: else a GAN's fake, fed to the critic, could be evicted and look unused)
+    put_newest(jstate(w)["out_ptrs"], (t.data_ptr(), t.numel()), id(module), size=32)
 
 
 def adversarial_pair(w) -> dict | None:
