@@ -60,8 +60,8 @@ class DeepSteps:
         self._deep_count = 0
         self._last_end: float | None = None
         self.driven_handles: list = []
-        self.deep_first = deep_first if deep_first is not None else (100 if check_mode else 5)
-        self.deep_every = deep_every if deep_every is not None else (5 if check_mode else 50)
+        self.deep_first = deep_first if deep_first is not None else (50 if check_mode else 5)
+        self.deep_every = deep_every if deep_every is not None else (10 if check_mode else 50)
         self.active = True
         self._deep_handles: list = []
         self.nonfinite_culprit: dict | None = None

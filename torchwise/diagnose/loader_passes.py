@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import torch
 
@@ -17,6 +17,14 @@ from torchwise.diagnose.health import CheckerHealth
 from torchwise.diagnose.tensors import quiet
 from torchwise.diagnose.user_code import user_where
 from torchwise.diagnose.watch_parts import LossesView, ModelsView, PassInfo
+
+if TYPE_CHECKING:
+    from torchwise.diagnose.deep_steps import DeepSteps
+
+# check mode: the first evaluation passes are watched as closely as the first steps (a deep step's machinery on),
+# wherever they fall: after the deep window only every deep_every-th step is deep, and an evaluation's mistakes
+# (max values compared with labels, a forward in train mode) are seen in the calls made on its outputs
+DEEP_EVAL_PASSES = 3
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 _schedstat_ok = True
@@ -110,6 +118,8 @@ class PassesWatcher(Protocol):
     patches: list[tuple[Any, str, Any]]   # (owner, name, original): undone by detach()
     loss_watch: LossesView           # backward() calls so far, the losses' graphs
     models: ModelsView                    # the models
+    deep: "DeepSteps"                     # an evaluation pass after the deep window is made deep
+    check_mode: bool
 
     def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
 
@@ -136,6 +146,8 @@ class LoaderPasses:
         self.printed_by_step: list[tuple[int, int, str, str | None]] = []
         self.printed_chars = 0
         self.train_passes_ended = 0
+        self.deep_eval_passes = 0    # evaluation passes made deep (DEEP_EVAL_PASSES)
+        self._deepened: PassInfo | None = None
 
     def attach(self, train: Any = None, val: Any = None) -> None:
         """Which loaders are which (the Trainer's); their passes are then tracked."""
@@ -178,6 +190,7 @@ class LoaderPasses:
         info = PassInfo(loader=loader, index=len(self.passes), site=self.loader_sites.get(loader),
                         backwards_before=self.w.loss_watch.backwards)
         self.passes.append(info)
+        self._deepen_eval_pass(loader, info)
         sampler = getattr(loader, "sampler", None)
         bs = getattr(loader, "batch_sampler", None)
         for s in (sampler, getattr(bs, "sampler", None)):
@@ -186,6 +199,18 @@ class LoaderPasses:
                     {"epoch": s.epoch, "shuffle": s.shuffle, "site": info.site})
                 break
         return _PassIter(it, info, self)
+
+    def _deepen_eval_pass(self, loader: Any, info: PassInfo) -> None:
+        """Check mode: a pass over a loader no step was ever taken on (an evaluation, as far as can be known at
+        its start) is deep, for the first DEEP_EVAL_PASSES such passes after the deep window; end_pass puts
+        the schedule back (a step taken during the pass does it itself)."""
+        deep = self.w.deep
+        if not self.w.check_mode or deep.active or self.deep_eval_passes >= DEEP_EVAL_PASSES or \
+                any(p.loader is loader and p.steps for p in self.passes):
+            return
+        self.deep_eval_passes += 1
+        self._deepened = info
+        deep.set_deep(True)
 
     def note_step(self) -> None:
         """An optimizer step: it belongs to the current pass, and the epoch before it ended without an
@@ -204,6 +229,10 @@ class LoaderPasses:
         info.closed = True
         if self.cur_pass is info:
             self.cur_pass = None
+        if self._deepened is info:
+            self._deepened = None
+            if info.steps == 0:  # (a step re-scheduled it already)
+                self.w.deep.set_deep(self.w.deep.want_deep())
         if info.steps > 0:
             if info.ended:
                 self.train_passes_ended += 1

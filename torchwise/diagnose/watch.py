@@ -16,7 +16,9 @@ One implementation serves three doors:
 Cost model. Cheap observations run every step (a local forward pre-hook on each model, the
 optimizer step hooks, a detached copy of the loss). Expensive ones (per-module hooks, loss
 inspection, gradient/weight norms, parameter snapshots for the update size) run only in *deep*
-steps: the first `deep_first` optimizer steps and then every `deep_every`-th step.
+steps: the first `deep_first` optimizer steps and then every `deep_every`-th step (check mode: 50, then every
+10th; a verdict needs enough evidence, not every step), and in check mode the first evaluation passes over a loader
+that no step was taken on, wherever they fall (loader_passes.DEEP_EVAL_PASSES).
 Driven mode goes further, because the Trainer itself guarantees what the cheap hooks watch for
 (zero_grad, train/eval mode): between deep steps no hook is registered at all, and after the first
 `deep_first` steps a deep step runs only while the deep steps' extra time stays within

@@ -101,3 +101,58 @@ def test_model_forwards_under_no_grad_and_in_light_steps_skip_the_per_call_analy
     assert light > 0, per_step               # the loss and what follows the output still are
     assert no_grad_forward == 0
     assert w.steps == LIGHT_AFTER_STEPS + 5
+
+
+def test_the_first_evaluation_passes_are_deep_wherever_they_fall(tmp_path):
+    """After the deep window only every deep_every-th step is deep; an evaluation pass over its own loader is
+    watched closely all the same (the first DEEP_EVAL_PASSES of them), so a mistake made on its outputs is seen
+    when every evaluation starts after a step that is not deep. Here each epoch is 53 steps (prime, so no pass
+    starts on the schedule) and the first evaluation comes after the deep window."""
+    from torchwise.diagnose.deep_steps import DeepSteps
+    from torchwise.diagnose.loader_passes import DEEP_EVAL_PASSES
+
+    path = tmp_path / "late_eval.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        torch.manual_seed(0)
+        X = torch.randn(53 * 8, 12)
+        y = (X[:, :3].sum(1) > 0).long() + (X[:, 3] > 1).long()
+        train = DataLoader(TensorDataset(X, y), batch_size=8, shuffle=True)   # 53 steps an epoch
+        val = DataLoader(TensorDataset(torch.randn(96, 12), torch.randint(0, 3, (96,))), batch_size=32)
+        model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 3))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(4):
+            model.train()
+            for xb, yb in train:
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(xb), yb).backward()
+                opt.step()
+            model.eval()
+            correct = 0
+            with torch.no_grad():
+                for xb, yb in val:
+                    best, _ = torch.max(model(xb), 1)   # the values, not the indices
+                    correct += (best == yb).sum().item()
+            print(epoch, correct)
+    """))
+    seen = []
+    orig = DeepSteps.set_deep
+
+    def spy(self, on):
+        seen.append((self.w.steps, on, self.deep_first, self.deep_every))
+        orig(self, on)
+
+    DeepSteps.set_deep = spy
+    try:
+        result = run_checked_quietly(path)
+    finally:
+        DeepSteps.set_deep = orig
+    assert result.error is None, result.traceback
+    deep_first, deep_every = seen[0][2], seen[0][3]
+    assert deep_first < 53 and all(53 * k % deep_every for k in range(1, 5)), (deep_first, deep_every)
+    assert "compare-values-not-indices" in [f.id for f in result.findings], [f.id for f in result.findings]
+    turned_on_at_eval = [s for s, on, _, _ in seen if on and s in (53, 106, 159, 212)]
+    assert turned_on_at_eval == [53, 106, 159][:DEEP_EVAL_PASSES], seen
