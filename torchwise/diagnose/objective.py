@@ -314,8 +314,6 @@ def classify(terms: list[str]) -> str:
         return "contrastive"
     if "constant" in s:
         return "adversarial"
-    if False:
-        return "contrastive"
     if s & {"direct", "other"}:
         return "generative" if "input" in s else "custom"
     if "input" in s:
