@@ -157,3 +157,89 @@ def test_check_under_torchrun_sees_every_rank_train_on_all_the_data(tmp_path):
     assert proc.returncode != 0, out  # a finding of severity error: exit status 1 on each rank
     assert out.count("ddp-no-distributed-sampler") >= 2, out  # both ranks
     assert "Rank 0 of 2" in out and "Rank 1 of 2" in out
+
+
+# --- honest endings: check's status never says "clean" for what it did not see (issue 27, class 3) ----------
+
+_TRAIN = """
+import os, sys
+import torch
+from torch import nn
+torch.manual_seed(0)
+X = torch.randn(512, 8)
+y = (X[:, 0] + X[:, 1] > 0).long()
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+def train(steps, zero_grad=True):
+    for i in range(steps):
+        idx = torch.randint(0, 512, (32,))
+        if zero_grad:
+            opt.zero_grad()
+        nn.functional.cross_entropy(model(X[idx]), y[idx]).backward()
+        opt.step()
+"""
+
+
+def _script(tmp_path: Path, name: str, tail: str) -> Path:
+    path = tmp_path / name
+    path.write_text(_TRAIN + tail)
+    return path
+
+
+def test_a_non_zero_exit_status_after_training_is_never_turned_into_0(tmp_path):
+    ok = check("--", "python", str(_script(tmp_path, "ends_0.py", "train(60)\nsys.exit(0)\n")), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    for status, how in [(3, "sys.exit(3)"), (1, "sys.exit('accuracy below 0.9')")]:
+        proc = check("--", "python", str(_script(tmp_path, f"ends_{status}.py", f"train(60)\n{how}\n")), cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert f"exited with status {status}" in proc.stderr
+        assert f"but the script exited with status {status}, so check exits 2" in proc.stderr
+        assert "no silent mistakes found." not in proc.stderr
+
+
+def test_os_exit_still_reports_what_was_seen(tmp_path):
+    report = tmp_path / "r.json"
+    script = _script(tmp_path, "hard_exit.py", "train(120, zero_grad=False)\nprint('done', flush=True)\nos._exit(0)\n")
+    proc = check("--report", str(report), "--", "python", str(script), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "done" in proc.stdout  # the script's own output, then the report
+    assert "ended its process with os._exit(0) at hard_exit.py:" in proc.stderr
+    assert "missing-zero-grad" in proc.stderr
+    data = json.loads(report.read_text())
+    assert data["script_hard_exit"] is True and data["steps"] == 120
+    assert [f["id"] for f in data["findings"]] == ["missing-zero-grad"]
+    # a non-zero os._exit status is the script's failure, even where nothing was found
+    proc = check("--", "python", str(_script(tmp_path, "hard_fail.py", "train(60)\nos._exit(5)\n")), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "os._exit(5)" in proc.stderr
+
+
+def test_a_forked_child_ends_as_python_ends_it_and_the_parent_reports_once(tmp_path):
+    script = _script(tmp_path, "forks.py", """
+pid = os.fork()
+train(40)
+if pid == 0:
+    sys.exit(4)
+_, status = os.waitpid(pid, 0)
+print("child status", os.waitstatus_to_exitcode(status), flush=True)
+""")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "child status 4" in plain.stdout, plain.stderr
+    proc = check("--", "python", str(script), cwd=tmp_path)
+    assert "child status 4" in proc.stdout, proc.stderr   # the child kept its own status
+    assert proc.stderr.count("forks.py ran to the end") == 1, proc.stderr  # one report: the parent's
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    # a child that fails prints its traceback and ends with status 1, as without check
+    script = _script(tmp_path, "fork_fails.py", """
+pid = os.fork()
+if pid == 0:
+    raise ValueError("child broke")
+train(40)
+_, status = os.waitpid(pid, 0)
+print("child status", os.waitstatus_to_exitcode(status), flush=True)
+""")
+    proc = check("--", "python", str(script), cwd=tmp_path)
+    assert "child status 1" in proc.stdout and "ValueError: child broke" in proc.stderr, proc.stderr
+    assert proc.stderr.count("fork_fails.py ran to the end") == 1, proc.stderr

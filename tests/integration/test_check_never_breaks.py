@@ -134,7 +134,9 @@ with torch.no_grad():
     assert "model forwards since the last optimizer step" in proc.stderr and "32 optimizer steps" in proc.stderr
 
 
-def test_sys_exit_at_the_end_is_the_scripts_status_not_a_failure(tmp_path):
+def test_sys_exit_at_the_end_is_judged_whole_and_its_status_kept(tmp_path):
+    """A status given at the end is the script's verdict: the whole run was judged (not "a failure in the middle",
+    whose findings cover only part of it), and a non-zero one is never turned into check's 0."""
     script = write(tmp_path, "exit_status.py", '''
 from base import *
 import sys
@@ -142,7 +144,7 @@ for e in range(2): train_epoch()
 sys.exit(3)
 ''')
     proc = check(script)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     assert "ran to the end and exited with status 3 (sys.exit at exit_status.py:5)" in proc.stderr
     assert "not checked" not in proc.stderr
 

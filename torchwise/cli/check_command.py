@@ -4,7 +4,7 @@
     torchwise check train.py [args]
 
 Exit status: 0 training was seen and nothing found, 1 findings (errors or warnings; info hints do not
-count), 2 the script itself failed, 3 no training was seen (nothing judged), 4 the checker itself failed
+count), 2 the script itself failed (or ended with a non-zero status of its own), 3 no training was seen (nothing judged), 4 the checker itself failed
 (only with TORCHWISE_CHECK_STRICT=1, for tests), 130 interrupted with nothing found.
 """
 from __future__ import annotations
@@ -118,8 +118,11 @@ def _how_it_ended(args: argparse.Namespace, result: RunResult, steps: str) -> st
     if result.stopped_early:
         why = result.stop_reason or f"--max-steps {args.max_steps}"
         return f"stopped after {steps} ({why}; --max-steps 0 runs to the end)"
+    where = f" at {result.exit_where}" if result.exit_where else ""
+    if result.hard_exit:
+        return (f"ended its process with os._exit({result.exit_code}){where} after {steps}; the findings cover "
+                "what ran until then")
     if result.exit_code not in (None, 0):
-        where = f" at {result.exit_where}" if result.exit_where else ""
         return f"ran to the end and exited with status {result.exit_code} (sys.exit{where}): {steps}"
     return f"ran to the end: {steps}"
 
@@ -167,6 +170,9 @@ def _verdict_line(result: RunResult, steps: str) -> str:
     if result.failed:
         return (f"torchwise check: no silent mistakes found in the {steps} before the failure "
                 "(the rest of the script was not checked).")
+    if result.exit_code not in (None, 0):
+        return (f"torchwise check: no silent mistakes found in the {steps}, but the script exited with status "
+                f"{result.exit_code}, so check exits 2 (the script failed), not 0.")
     if not result.training_seen:
         return ("torchwise check: no training was seen (no optimizer step, no hand-written update, no followed "
                 "worker that trained), so nothing was judged: this is not a clean bill.")

@@ -5,7 +5,12 @@
 
 How a run can end, and what each means for the verdict:
 - the script returns, or calls sys.exit() (any status: the script's own decision, reported with the
-  line; sys.exit at the end is not a failure in the middle);
+  line; sys.exit at the end is not a failure in the middle, but a non-zero status is never turned into
+  check's 0: it exits 2, the script failed);
+- the script calls os._exit(): the process ends at once, so what was seen is reported first, then the
+  process ends (with check's status, or 2 for a non-zero one);
+- a process the script forked with os.fork() runs the rest of the script in the child too: the child
+  ends as Python would end it (its own status), with no report, and leaves the parent's files alone;
 - check stops it (StopScript) once it has seen enough (--max-steps), or when it keeps running model
   forwards without training (an endless inference loop);
 - the script raises: it failed, and only what ran before is judged;
@@ -38,6 +43,7 @@ class RunResult:
     translation: str | None = None
     exit_code: int | None = None          # the status the script gave sys.exit(), if it called it
     exit_where: str | None = None         # where it called it
+    hard_exit: bool = False               # it called os._exit(): the process ended there
     interrupted: bool = False             # Ctrl-C
     stop_reason: str | None = None
     coverage: dict[str, Any] = field(default_factory=dict)
@@ -66,8 +72,8 @@ class RunResult:
     def exit_status(self) -> int:
         """0 training seen and nothing found; 1 mistakes found; 2 the script failed; 3 no training seen, so
         nothing could be judged; 4 (strict mode) the checker itself failed; 130 interrupted, nothing found."""
-        if self.failed:
-            return 2
+        if self.failed or self.exit_code not in (None, 0):
+            return 2  # the script's own non-zero status says it failed, whatever check saw before
         if self.strict and self.internal_errors:
             return 4
         if self.mistakes:
@@ -128,31 +134,64 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
     if not module:
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     state: dict[str, Any] = {"error": None, "tb": None, "translation": None, "stopped": False,
-                             "exit_code": None, "exit_where": None, "interrupted": False}
+                             "exit_code": None, "exit_where": None, "interrupted": False, "hard_exit": False}
     workers = follow.Followed(watcher, max_steps=max_steps or None)
+    main_pid, real_exit = os.getpid(), os._exit
+    taps: list = []
+
+    def restore() -> None:
+        os._exit = real_exit
+        _untap_output(taps)
+        if os.getpid() == main_pid:  # (a forked child must not read or delete the parent's worker folder)
+            workers.uninstall()
+        watcher.detach()
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        if os.getcwd() != saved_cwd:
+            os.chdir(saved_cwd)
+
+    def report_and_exit(status_of: Callable[[int], int]) -> None:
+        """End the process now, as the script asked or as check decided, with what was seen reported first."""
+        restore()
+        result = _result(script, watcher, workers, state, overfit)
+        code = status_of(finish(result) if finish is not None else result.exit_status())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        real_exit(code)
 
     def force_stop() -> None:  # the script swallowed the stop again and again: report, then end the process
         state["stopped"] = True
-        result = _result(script, watcher, workers, state, overfit)
-        code = finish(result) if finish is not None else result.exit_status()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        report_and_exit(lambda status: status)
+
+    def script_exit(status: int = 0) -> None:  # os._exit() in the script: the process ends here
+        if os.getpid() != main_pid or state["hard_exit"]:
+            real_exit(status)  # a forked child's own end (multiprocessing's workers end this way), or a second call
+        from torchwise.diagnose.user_code import user_where
+        state.update(hard_exit=True, exit_code=status, exit_where=user_where(2))
+        report_and_exit(lambda check_status: check_status)
 
     watcher.health.on_force_stop = force_stop
     watcher.attach()
     workers.install()
     taps = _tap_output(watcher)
+    os._exit = script_exit
     try:
         _run_as_main(script, module, watcher, workers, state)
     finally:
-        _untap_output(taps)
-        workers.uninstall()
-        watcher.detach()
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        if os.getcwd() != saved_cwd:
-            os.chdir(saved_cwd)
+        restore()
+    if os.getpid() != main_pid:
+        _end_forked_child(state)
     return _result(script, watcher, workers, state, overfit)
+
+
+def _end_forked_child(state: dict[str, Any]) -> None:
+    """A child the script made with os.fork() ran the rest of the script: it ends as Python would end it (its
+    traceback and status 1 after an exception, else its own status), with no report: the parent reports."""
+    if state["error"] is not None and not isinstance(state["error"], SystemExit):
+        sys.stderr.write(state["tb"] or "")
+        raise SystemExit(1)
+    if state["interrupted"]:
+        raise SystemExit(130)
+    raise SystemExit(state["exit_code"] or 0)
 
 
 def _run_as_main(script: str, module: bool, watcher, workers, state: dict[str, Any]) -> None:
@@ -210,6 +249,7 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
     report["stopped_early"] = state["stopped"]
     report["script_failed"] = state["error"] is not None
     report["script_exit_status"] = state["exit_code"]
+    report["script_hard_exit"] = state["hard_exit"]
     report["interrupted"] = state["interrupted"]
     report["coverage"] = coverage
     report["checker_errors"] = [{k: v for k, v in e.items() if k != "traceback"} for e in errors]
@@ -217,6 +257,6 @@ def _result(script: str, watcher, workers, state: dict, overfit: bool) -> RunRes
         report["overfit"] = {k: v for k, v in overfit_result.items() if k != "finding"}
     return RunResult(script=script, findings=findings, steps=steps, stopped_early=state["stopped"],
                      error=state["error"], traceback=state["tb"], translation=state["translation"],
-                     exit_code=state["exit_code"], exit_where=state["exit_where"],
+                     exit_code=state["exit_code"], exit_where=state["exit_where"], hard_exit=state["hard_exit"],
                      interrupted=state["interrupted"], stop_reason=watcher.health.stop_reason, coverage=coverage,
                      internal_errors=errors, strict=watcher.health.strict, report=report, overfit=overfit_result)
