@@ -126,61 +126,79 @@ def run_script(script: str, args: list[str] | None = None, *, max_steps: int | N
     from torchwise.script_check import follow
     from torchwise.diagnose.watch import Watcher
 
-    args = list(args or [])
     watcher = Watcher(check_mode=True, max_steps=max_steps or None)
     watcher.inputs.capture_overfit = overfit
-    saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
-    sys.argv = [script] + args
-    if not module:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     state: dict[str, Any] = {"error": None, "tb": None, "translation": None, "stopped": False,
                              "exit_code": None, "exit_where": None, "interrupted": False, "hard_exit": False}
     workers = follow.Followed(watcher, max_steps=max_steps or None)
-    main_pid, real_exit = os.getpid(), os._exit
-    taps: list = []
-
-    def restore() -> None:
-        os._exit = real_exit
-        _untap_output(taps)
-        if os.getpid() == main_pid:  # (a forked child must not read or delete the parent's worker folder)
-            workers.uninstall()
-        watcher.detach()
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        if os.getcwd() != saved_cwd:
-            os.chdir(saved_cwd)
-
-    def report_and_exit(status_of: Callable[[int], int]) -> None:
-        """End the process now, as the script asked or as check decided, with what was seen reported first."""
-        restore()
-        result = _result(script, watcher, workers, state, overfit)
-        code = status_of(finish(result) if finish is not None else result.exit_status())
-        sys.stdout.flush()
-        sys.stderr.flush()
-        real_exit(code)
-
-    def force_stop() -> None:  # the script swallowed the stop again and again: report, then end the process
-        state["stopped"] = True
-        report_and_exit(lambda status: status)
-
-    def script_exit(status: int = 0) -> None:  # os._exit() in the script: the process ends here
-        if os.getpid() != main_pid or state["hard_exit"]:
-            real_exit(status)  # a forked child's own end (multiprocessing's workers end this way), or a second call
-        from torchwise.diagnose.user_code import user_where
-        state.update(hard_exit=True, exit_code=status, exit_where=user_where(2))
-        report_and_exit(lambda check_status: check_status)
-
-    watcher.health.on_force_stop = force_stop
-    watcher.attach()
-    workers.install()
-    taps = _tap_output(watcher)
-    os._exit = script_exit
+    ends = _RunEnds(watcher, workers, state, lambda: _result(script, watcher, workers, state, overfit), finish)
+    sys.argv = [script] + list(args or [])
+    if not module:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    ends.start()
     try:
         _run_as_main(script, module, watcher, workers, state)
     finally:
-        restore()
-    if os.getpid() != main_pid:
+        ends.restore()
+    if ends.in_forked_child:
         _end_forked_child(state)
     return _result(script, watcher, workers, state, overfit)
+
+
+class _RunEnds:
+    """What a checked run changes in this process (argv, path, cwd, streams, hooks, os._exit) and its one undo,
+    shared by every way the run can end: the script returns; check stops it for good (a script that swallows the
+    stop); the script calls os._exit(), which ends the process at once, so what was seen is reported first; or
+    the code runs on in a child the script forked, which must leave the parent's worker folder alone."""
+
+    def __init__(self, watcher: Any, workers: Any, state: dict[str, Any], result: Callable[[], RunResult],
+                 finish: Callable[[RunResult], int] | None):
+        self.watcher, self.workers, self.state, self.result, self.finish = watcher, workers, state, result, finish
+        self.saved = (sys.argv[:], sys.path[:], os.getcwd())
+        self.main_pid, self.real_exit = os.getpid(), os._exit
+        self.taps: list = []
+
+    @property
+    def in_forked_child(self) -> bool:
+        return os.getpid() != self.main_pid
+
+    def start(self) -> None:
+        self.watcher.health.on_force_stop = self.force_stop
+        self.watcher.attach()
+        self.workers.install()
+        self.taps = _tap_output(self.watcher)
+        os._exit = self.script_exit
+
+    def restore(self) -> None:
+        os._exit = self.real_exit
+        _untap_output(self.taps)
+        if not self.in_forked_child:  # (a forked child must not read or delete the parent's worker folder)
+            self.workers.uninstall()
+        self.watcher.detach()
+        argv, path, cwd = self.saved
+        sys.argv, sys.path[:] = argv, path
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+
+    def report_and_exit(self) -> None:
+        """End the process now (check's forced stop, the script's os._exit), with what was seen reported first."""
+        self.restore()
+        result = self.result()
+        code = self.finish(result) if self.finish is not None else result.exit_status()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.real_exit(code)
+
+    def force_stop(self) -> None:  # the script swallowed the stop again and again: report, then end the process
+        self.state["stopped"] = True
+        self.report_and_exit()
+
+    def script_exit(self, status: int = 0) -> None:  # os._exit() in the script: the process ends here
+        if self.in_forked_child or self.state["hard_exit"]:
+            self.real_exit(status)  # a forked child's own end (multiprocessing's workers end so), or a second call
+        from torchwise.diagnose.user_code import user_where
+        self.state.update(hard_exit=True, exit_code=status, exit_where=user_where())
+        self.report_and_exit()
 
 
 def _end_forked_child(state: dict[str, Any]) -> None:

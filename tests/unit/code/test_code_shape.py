@@ -34,6 +34,11 @@ THIRD_PARTY: dict[str, str] = {
         "warning with its frame; the watcher wraps it and restores it (public showwarning misses filters)",
     "torchwise/train/step/step_wrappers.py:p._version": "a tensor's version counter (torch's): how the compile "
         "fallback knows whether a failed step already changed a parameter in place",
+    "torchwise/script_check/runner.py:os._exit": "Python's immediate process end: check reports before a script's "
+        "own os._exit() ends the process (wrapped while the script runs, restored after), and ends it itself "
+        "after a forced stop",
+    "torchwise/tune/worker.py:os._exit": "Python's immediate process end: a tuning worker that must not run its "
+        "parent's cleanup",
 }
 
 
