@@ -31,8 +31,11 @@ _GUARD_ALL = os.environ.get("TORCHWISE_TEST_GUARD_ALL") == "1"
 def _warm_process_caches() -> None:
     """Python's platform module runs `uname -p` the first time anyone asks for the processor (mlflow and
     others do) and keeps the answer: asked here once, so that which unit test asks first does not decide
-    which one the guard below fails."""
+    which one the guard below fails. Importing torch does the same (its CUDA library finder runs `ldconfig -p`
+    once): imported here, so that a unit test run alone is not blamed for it."""
     import platform
+
+    import torch  # noqa: F401
 
     platform.processor()
 

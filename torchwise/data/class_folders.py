@@ -35,8 +35,19 @@ def _is_loop(target: str, container: Path) -> bool:
     return real == Path(target) or real.is_relative_to(target)
 
 
+def is_run_folder(folder: Path) -> bool:
+    """A torchwise run folder (config.yaml beside checkpoints/, final/ or metrics.csv): outputs, never a class.
+    One left inside a data folder by an older version (or copied there) must not become a class with no images,
+    which would make the data set impossible to train on or to resume."""
+    try:
+        return (folder / "config.yaml").is_file() and any(
+            (folder / name).exists() for name in ("checkpoints", "final", "metrics.csv"))
+    except OSError:
+        return False
+
+
 def _class_dirs(folder: Path) -> list[Path]:
-    return [p for p in sorted(folder.iterdir()) if not ignored_name(p.name) and p.is_dir()]
+    return [p for p in sorted(folder.iterdir()) if not ignored_name(p.name) and p.is_dir() and not is_run_folder(p)]
 
 
 def walk_images(folder: Path, notes: list[tuple[str, str]] | None = None,
@@ -67,6 +78,9 @@ def walk_images(folder: Path, notes: list[tuple[str, str]] | None = None,
             except OSError:
                 is_dir = False
             if is_dir:
+                if is_run_folder(path):
+                    notes.append((str(path), "a torchwise run folder (outputs, not data): skipped"))
+                    continue
                 real = os.path.realpath(entry.path)
                 if real in visited or _is_loop(real, current):
                     notes.append((str(path), f"a link to {real}, a folder already scanned (a loop): not followed"))

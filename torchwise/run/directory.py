@@ -54,6 +54,23 @@ def check_out_dir(run_dir: Path) -> None:
                                  fix=f"move {run_dir / name} away, or choose another --out directory")
 
 
+def check_out_apart_from_data(run_dir: Path, data_path: str | None) -> None:
+    """--out and --data may not overlap either way (links followed): a run folder inside the data becomes a class
+    of its own at the next scan (a resume refused, the data set broken for every later run), and data inside the
+    run folder sits among files that are replaced. Said before anything is written."""
+    if not data_path:
+        return
+    out, data = Path(os.path.realpath(run_dir)), Path(os.path.realpath(data_path))
+    if out == data or out.is_relative_to(data) or (Path(data_path).is_dir() and data.is_relative_to(out)):
+        where = "is" if out == data else "lies inside" if out.is_relative_to(data) else "holds"
+        raise TorchwiseError(f"--out {where} the data folder: the run's files would mix with the data.",
+                             values={"out": str(run_dir), "data": data_path, "out (resolved)": str(out),
+                                     "data (resolved)": str(data)},
+                             fix=f"choose a run folder outside the data, e.g. --out {data.parent / 'runs' / data.name}"
+                                 if out.is_relative_to(data) else "choose a run folder apart from the data, e.g. "
+                                                                  "--out runs/NAME beside it")
+
+
 def check_run_dir(run_dir: Path, resume: bool) -> None:
     """A new run needs a directory without a run in it; a resumed one needs a complete checkpoint."""
     from torchwise.train.state import checkpoint as ckpt

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from torchwise.errors import TorchwiseError
-from torchwise.run.directory import check_out_dir, check_run_dir, publish, with_absolute_paths
+from torchwise.run.directory import (check_out_apart_from_data, check_out_dir, check_run_dir, publish,
+                                     with_absolute_paths)
 from torchwise.run.final_eval import evaluate, write_run_report
 from torchwise.run.log_lines import log_data, log_loss, log_result
 from torchwise.run.resume import check_same_data, plan_resume, resume_command
@@ -44,6 +45,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
     if not main:
         log = lambda *_args, **_kwargs: None  # noqa: E731
     if main:
+        check_out_apart_from_data(run_dir, config.data.path)
         check_out_dir(run_dir)
         check_run_dir(run_dir, config.train.resume)
     if config.train.resume:  # every rank, so that all train with the same settings (only reads files)

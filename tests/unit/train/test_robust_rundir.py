@@ -427,3 +427,63 @@ def test_a_checkpoint_moved_aside_for_a_resave_comes_back_when_the_process_died_
     (root / f".old-{again.name}-999").mkdir()
     ckpt.clean_stale(root)
     assert sorted(p.name for p in root.iterdir()) == [again.name]
+
+
+# ----------------------------------------------------------------------------- outputs apart from inputs
+
+@pytest.fixture
+def colors(tmp_path) -> Path:
+    from conftest import write_color_images
+
+    root = tmp_path / "colors"
+    write_color_images(root, 6, seed=0)
+    return root
+
+
+def _overlapping_out(tmp_path: Path, colors: Path, how: str) -> tuple[Path, Path, str]:
+    """(out, data, what the refusal says) for each way --out and --data can overlap."""
+    if how == "the same folder":
+        return colors, colors, "--out is the data folder"
+    if how == "a new folder inside the data":
+        return colors / "runs" / "r1", colors, "--out lies inside the data folder"
+    if how == "inside the data through a link":
+        (tmp_path / "link").symlink_to(colors)
+        return tmp_path / "link" / "run", colors, "--out lies inside the data folder"
+    if how == "the data inside the run folder":
+        return tmp_path, colors, "--out holds the data folder"
+    if how == "a CSV file given as --out's parent":
+        csv_file = tmp_path / "table.csv"
+        csv_file.write_text("a,label\n1,x\n")
+        return csv_file / "run", csv_file, "--out lies inside the data folder"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["the same folder", "a new folder inside the data", "inside the data through a link",
+                                 "the data inside the run folder", "a CSV file given as --out's parent"])
+def test_out_and_data_may_not_overlap_in_either_direction(tmp_path, colors, how):
+    out, data, says = _overlapping_out(tmp_path, colors, how)
+    refused(tmp_path, "train", "--data", data, "--out", out, "--epochs", "1", *FAST, must_say=(says, "--out"))
+
+
+def test_a_run_folder_beside_the_data_is_allowed(tmp_path, colors):
+    proc = tw("train", "--data", colors, "--out", tmp_path / "colors_run", "--epochs", "1", *FAST)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_run_folder_left_inside_the_data_is_never_a_class(tmp_path, colors):
+    """A run folder that got into the data (an older version accepted --out inside --data) is outputs, not a
+    class with no images: the scan skips it and says so, and the classes are the data's own."""
+    from torchwise.data.imagefolder import scan_image_folder
+
+    old_run = colors / "run1"
+    (old_run / "checkpoints" / "step-000000004").mkdir(parents=True)
+    (old_run / "config.yaml").write_text("data: {}\n")
+    (old_run / "metrics.csv").write_text("epoch,step\n")
+    (old_run / "final").mkdir()
+    from PIL import Image
+    Image.new("RGB", (8, 8)).save(old_run / "final" / "worst_0.png")   # a report's image is not a sample either
+    found = scan_image_folder(colors, threads=1)
+    assert found.class_names == ["blue", "green", "red"]
+    assert all("run1" not in path for path, _ in found.train + found.val)
+    assert not any("run1" in path for path, _ in found.skipped) or any(
+        "torchwise run folder" in why for _, why in found.skipped)
