@@ -474,3 +474,36 @@ def test_profile_writes_a_trace_and_a_table_of_top_operators(tmp_path, capfd):
     table = (tmp_path / "profile" / "top_ops.txt").read_text()
     assert "Self CPU" in table and "aten::" in table
     assert "profile of 3 steps after warm-up" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("checkpoint_every", [8, 3, None])  # on every epoch's last step; mid-epoch; at epoch ends
+def test_a_resumed_run_logs_what_an_uninterrupted_one_logs_row_for_row(tmp_path, checkpoint_every):
+    """A checkpoint saved on an epoch's last step comes before that step's evaluation, which the resumed run
+    runs again: metrics.csv and TensorBoard must not hold it twice (nor lose one the checkpoint already holds)."""
+    import csv
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def fit(out, resume=False):
+        torchwise.Trainer(mlp(), sgd(), train_data=make_data(), val_data=make_data(seed=1), max_epochs=3,
+                          checkpoint_every=checkpoint_every, keep_last=20, progress=False, out_dir=out,
+                          resume=resume, seed=0).fit()
+
+    def records(out):
+        rows = [(r["epoch"], r["step"], r["val_loss"]) for r in csv.DictReader(open(out / "metrics.csv"))]
+        acc = EventAccumulator(str(out / "tb"))
+        acc.Reload()
+        return rows, [e.step for e in acc.Scalars("val/val_loss")]
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    fit(whole)
+    # every checkpoint but the last one is a point a crash could have resumed from
+    for point in sorted((whole / "checkpoints").iterdir())[:-1]:
+        shutil.rmtree(cut, ignore_errors=True)
+        shutil.copytree(whole, cut)
+        for later in sorted((cut / "checkpoints").iterdir()):
+            if later.name > point.name:
+                shutil.rmtree(later)
+        fit(cut, resume=True)
+        assert records(cut) == records(whole), point.name

@@ -142,6 +142,7 @@ class EvalReporter:
         check_loggers(cfg.loggers, tensorboard=cfg.tensorboard)
         extra = [f"val_{k}" for k in self.run.metrics] + (["val_mae"] if cfg.task == "regression" else [])
         info = RunInfo(cfg.out_dir, cfg.to_dict(), resumed=resumed, resume_step=pos.step if resumed else None,
+                       resume_rows=list(pos.history) if resumed else None,
                        columns=BASE_COLUMNS + [c for c in extra if c not in BASE_COLUMNS], metadata=dict(cfg.metadata))
         loggers = choose_loggers(cfg.loggers, tensorboard=cfg.tensorboard) if self.run.dist.is_main else []
         return MetricsLog(loggers, info)

@@ -11,7 +11,9 @@ from torchwise.train.loggers.protocol import RunInfo
 class CsvLogger:
     """Appends evaluation rows to <run>/metrics.csv.
 
-    On resume, rows written after the resumed step are dropped first, so the file never holds a step twice.
+    On resume, the file is cut back to the rows the resumed checkpoint holds (none after its step, and not the
+    evaluation at its own step when the checkpoint was saved before it: that evaluation runs again), so a resumed
+    run's file equals an uninterrupted run's, row for row.
     Without a run folder (no out_dir, or a rank other than the main one) it writes nothing.
     """
 
@@ -27,19 +29,19 @@ class CsvLogger:
         self.path, self.columns = run.run_dir / "metrics.csv", list(run.columns)
         run.run_dir.mkdir(parents=True, exist_ok=True)
         if run.resume_step is not None and self.path.exists():
-            self.truncate_after(run.resume_step)
+            self.truncate_after(run.resume_step, len(run.resume_rows) if run.resume_rows is not None else None)
         else:
             with open(self.path, "w", newline="") as fh:
                 csv.writer(fh).writerow(self.columns)
 
-    def truncate_after(self, step: int) -> None:
+    def truncate_after(self, step: int, rows_known: int | None = None) -> None:
         assert self.path is not None
         with open(self.path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            rows = [r for r in csv.DictReader(fh) if r.get("step") and int(r["step"]) <= step]
         with open(self.path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows(r for r in rows if r.get("step") and int(r["step"]) <= step)
+            writer.writerows(rows if rows_known is None else rows[:rows_known])
 
     def log_metrics(self, row: dict[str, Any], step: int) -> None:
         if self.path is None:

@@ -14,7 +14,7 @@ class RunInfo:
     """The run a logger starts on.
 
     run_dir: the run's folder (None when the Trainer has no out_dir); config: the resolved Trainer config as
-    plain values (TrainerConfig.to_dict()); resumed / resume_step: a resumed run and the step it goes on from;
+    plain values (TrainerConfig.to_dict()); resumed / resume_step: a resumed run and the step it goes on from; resume_rows: the evaluation rows its checkpoint holds;
     columns: the metrics row's columns in order; metadata: config.metadata; run_name: the folder's name.
     """
 
@@ -22,6 +22,9 @@ class RunInfo:
     config: dict[str, Any]
     resumed: bool = False
     resume_step: int | None = None
+    # the evaluation rows the resumed checkpoint holds (its history): exactly these were logged before it, so a
+    # row written after it (an evaluation at its own step, when it was saved before that evaluation) is dropped
+    resume_rows: list[dict[str, Any]] | None = None
     columns: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
 

@@ -25,8 +25,12 @@ class TensorBoardLogger:
                   "(pip install tensorboard)", file=sys.stderr)
             return
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        # purge_step: on resume, the events after the resumed step (from the run that stopped) are hidden
-        self.writer = SummaryWriter(log_dir=str(run.run_dir / "tb"), purge_step=run.resume_step)
+        # purge_step: on resume, the events from the resumed step on (from the run that stopped) are hidden; from
+        # the step after it when the checkpoint already holds that step's evaluation (it is not run again)
+        purge = run.resume_step
+        if purge is not None and run.resume_rows and run.resume_rows[-1].get("step") == purge:
+            purge += 1
+        self.writer = SummaryWriter(log_dir=str(run.run_dir / "tb"), purge_step=purge)
 
     def scalars(self, step: int, values: dict[str, Any], prefix: str) -> None:
         if self.writer is None:
