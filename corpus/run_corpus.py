@@ -146,8 +146,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _HEX_ID = re.compile(r"\b[0-9a-f]{8,}\b")  # run ids, hashes
 _NUMBER = re.compile(r"[-+]?(\d[\d,_]*\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf")
 # a progress bar printed as lines (fastprogress or tqdm without a terminal): which updates are printed depends on
-# how fast the run goes (they are throttled by time), so two runs of the same code print different ones
-_PROGRESS_BAR = re.compile(r"\|[^|]{10,}\|\s*[\d.]+%|\d+%\|[^|]*\|")
+# how fast the run goes (they are throttled by time), so two runs of the same code print different ones; rich's
+# bars (Lightning's RichProgressBar, HF's) are a run of heavy lines whose filled part is drawn as time allows
+_PROGRESS_BAR = re.compile(r"\|[^|]{10,}\|\s*[\d.]+%|\d+%\|[^|]*\||[━╸╺]{5,}")
 
 
 def _shape(text: str, folder: str) -> list[str]:

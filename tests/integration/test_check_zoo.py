@@ -131,7 +131,9 @@ def test_each_training_objective_is_recognised():
             "autoencoder_images.py": {"reconstruction"}, "vae_sum_reduction.py": {"generative"},
             "gan_two_optimizers.py": {"adversarial"}, "moco_queue_contrastive.py": {"contrastive"},
             "dqn_replay_warmup_target_net.py": {"bootstrapped"}, "reinforce_survival_returns.py": {"custom"},
-            "wgan_critic_steps.py": {"custom"}}
+            "wgan_critic_steps.py": {"custom"},
+            # one label per sequence: class labels, though 2 classes = the token-type table's 2 rows
+            "sentence_pairs_two_token_types.py": {"supervised"}, "word_lm_zipf_tokens.py": {"language-model"}}
     for name, kinds in want.items():
         result = run_quietly(ZOO / "correct" / name)
         got = set(result.coverage.get("objectives", {}).values())

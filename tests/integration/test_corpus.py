@@ -103,3 +103,6 @@ def test_progress_bars_printed_as_lines_are_not_compared():
             "1     2.404       2.398\n")
     assert run_corpus._shape(fast, "/x") == run_corpus._shape(slow, "/x") == ["epochtrain_loss", "###"]
     assert run_corpus._shape("a | b | c 50% done\n", "/x") == ["a|b|c#%done"]  # a table with bars stays
+    rich_fast = "Epoch 2/2 ━━━━━━━━━━━━━━━━━━━━━━━━━━ 30/30 0:00:01 • 0:00:00 27.1it/s v_num: 0\ndone\n"
+    rich_slow = "Epoch 2/2 ━━━━━━━━━━━━━━━━━━━━━━━━╸━ 30/30 0:00:02 • 0:00:00 14.0it/s v_num: 0\ndone\n"
+    assert run_corpus._shape(rich_fast, "/x") == run_corpus._shape(rich_slow, "/x") == ["done"]

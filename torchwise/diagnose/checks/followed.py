@@ -26,7 +26,8 @@ from torchwise.diagnose.user_code import user_where
 class TokensAndRows:
     """The task's evidence from followed tensors (see the module doc)."""
 
-    tokens: dict[int, dict] = field(default_factory=dict)   # vocabulary size -> {"step": its last encoding's step}
+    # vocabulary size -> {"step": its last encoding's step, "positions": how many ids that encoding held}
+    tokens: dict[int, dict] = field(default_factory=dict)
     # vocabulary size -> [step, lookups of one position this step that differed from the one before, last ids]
     positions: dict[int, list] = field(default_factory=dict)
     # row sets used to index a model output ("sets": key -> rows), the training loss's ("train": rows of the
@@ -148,7 +149,7 @@ def _note_tokens(w, ids: torch.Tensor, weight) -> None:
     if not (len(table) < 16 or V in table):  # token and position embeddings have their own sizes
         return
     if sum(s > 1 for s in ids.shape) >= 2:
-        table[V] = {"step": w.steps}
+        table[V] = {"step": w.steps, "positions": ids.numel()}
         return
     if ids.numel() < 2 or ids.numel() > 4096:
         return
@@ -161,7 +162,7 @@ def _note_tokens(w, ids: torch.Tensor, weight) -> None:
         rec[1] += 1
     rec[2] = flat.clone()
     if rec[1] >= 3:
-        table[V] = {"step": w.steps}
+        table[V] = {"step": w.steps, "positions": ids.numel()}
 
 
 def masks_of(w) -> dict:
