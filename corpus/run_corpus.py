@@ -28,7 +28,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
 _IMPORT_NAMES = {"pytorch-ignite": "ignite", "scikit-learn": "sklearn", "labml-nn": "labml_nn", "scikit-image": "skimage",
-                 "faiss-cpu": "faiss", "box2d": "Box2D", "pytorch-lightning": "pytorch_lightning"}
+                 "faiss-cpu": "faiss", "box2d": "Box2D", "pytorch-lightning": "pytorch_lightning", "pyyaml": "yaml",
+                 "ipython": "IPython", "opencv-python-headless": "cv2", "gitpython": "git", "pillow": "PIL"}
 
 
 @dataclasses.dataclass

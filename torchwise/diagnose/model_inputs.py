@@ -152,7 +152,8 @@ class ModelInputs:
             if not self.eval_group_open or not self.eval_groups or self.eval_groups[-1]["key"] != key:
                 self.eval_groups.append({"key": key, "hashes": [], "where": user_where(), "step": self.w.steps,
                                          "root": root,
-                                         "dataset": id(getattr(cur.loader, "dataset", None)) if cur else None})
+                                         "dataset": id(getattr(cur.loader, "dataset", None)) if cur else None,
+                                         "loader": id(cur.loader) if cur else None})
                 self.eval_group_open = True
             group = self.eval_groups[-1]
             if len(group["hashes"]) < 100_000:

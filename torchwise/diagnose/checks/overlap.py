@@ -51,9 +51,14 @@ def train_val_overlap(w) -> list[Finding]:
     # training rows that repeat an earlier one is the share of evaluation rows that match training by chance
     chance = _chance_match(w)
     trained = {id(getattr(p.loader, "dataset", None)) for p in w.loaders.passes if p.steps > 0}
+    train_loaders = {id(p.loader) for p in w.loaders.passes if p.steps > 0}
     for g in w.inputs.eval_groups:
         hs = g["hashes"]
         if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation
+            continue
+        if g.get("loader") is not None and g["loader"] in train_loaders:
+            # the very loader the steps came from (check_accuracy(train_loader, model)): a training accuracy the
+            # script asks for by name, which misleads no one; another loader over the training set is the mistake
             continue
         if _masked_group(masked, hs, w.inputs.train_hashes):
             nones.append((g, 0, len(hs)))  # rows held out of the training loss were evaluated

@@ -16,8 +16,9 @@ train_idx, val_idx = perm[:n_train], perm[n_train:]       # disjoint index sets
 """,
     maybe_fine=(""),
     evidence=('hashes of evaluated samples found among the hashes of trained samples; for one input shared by index'
-              ' masks (loss on out[idx_train], evaluation on out[idx_val]), the evaluated output rows vs the rows '
-              'the training loss uses'),
+              ' masks (loss on out[idx_train], evaluation on out[idx_val]), the evaluated output rows vs the rows'
+              ' the training loss uses; never an evaluation over the training loader itself (a training accuracy '
+              'asked for by name)'),
     applies_to=ALL_OBJECTIVES,
     harm=('Wrong whatever happens: the validation metric counts samples the model was trained on, so it overstates '
           'how the model does on new data.'),
