@@ -133,7 +133,9 @@ def test_each_training_objective_is_recognised():
             "dqn_replay_warmup_target_net.py": {"bootstrapped"}, "reinforce_survival_returns.py": {"custom"},
             "wgan_critic_steps.py": {"custom"},
             # one label per sequence: class labels, though 2 classes = the token-type table's 2 rows
-            "sentence_pairs_two_token_types.py": {"supervised"}, "word_lm_zipf_tokens.py": {"language-model"}}
+            "sentence_pairs_two_token_types.py": {"supervised"}, "word_lm_zipf_tokens.py": {"language-model"},
+            # several yes/no columns, each with its own 2-row embedding, and 2 classes: a table, not a decoder
+            "table_duplicate_records_random_split.py": {"supervised"}}
     for name, kinds in want.items():
         result = run_quietly(ZOO / "correct" / name)
         got = set(result.coverage.get("objectives", {}).values())

@@ -323,4 +323,6 @@ class ModelHooks:
         if self.inputs.capture_overfit and self.inputs.overfit_capture is None and is_train_fwd and self.w.steps == 0:
             self.inputs.capture_for_overfit(module, args)
         if self.inputs.hash_rows and x.dim() >= 1 and x.shape[0] > 0:
-            self.inputs.hash_input(x, grad and self.w.phase_now != "eval", id(module))
+            others = tuple(a for a in args if a is not x and isinstance(a, torch.Tensor)
+                           and a.dim() >= 1 and a.shape[0] == x.shape[0])[:8]
+            self.inputs.hash_input(x, grad and self.w.phase_now != "eval", id(module), others)

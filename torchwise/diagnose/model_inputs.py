@@ -69,14 +69,17 @@ class ModelInputs:
         except Exception:
             self.overfit_capture = {}
 
-    def hash_input(self, x: torch.Tensor, train: bool, root: int) -> None:
-        """A forward's input rows, hashed for the leak and repeat checks (training, or evaluation)."""
+    def hash_input(self, x: torch.Tensor, train: bool, root: int, others: tuple = ()) -> None:
+        """A forward's input rows, hashed for the leak and repeat checks (training, or evaluation). `others`: the
+        forward's other tensor inputs of the same batch size: a sample is all of its inputs (a table's
+        categorical codes and its numbers, token ids and token types), not its first tensor alone, whose few
+        distinct values would make every evaluated row look trained on."""
         if train:
             self._last_train_input = weakref.ref(x)
         elif self._last_train_input is not None and self._last_train_input() is x:
             return  # the batch the last step trained on, looked at again (a reconstruction shown at the
             #         end of an epoch): not an evaluation of the model on training data
-        self._hash_rows(x, train, root)
+        self._hash_rows(x, train, root, others)
 
     def note_sample_shape(self, info: RootInfo, args: tuple, x: torch.Tensor) -> None:
         """A training forward of a convolutional model with cudnn.benchmark on: the shape of its inputs
@@ -118,21 +121,16 @@ class ModelInputs:
             if st["where"] is None:
                 st["where"] = user_where()
 
-    def _hash_rows(self, x: torch.Tensor, train: bool, root: int) -> None:
-        if not x.is_floating_point() and x.dtype not in (torch.int64, torch.int32, torch.uint8):
+    def _hash_rows(self, x: torch.Tensor, train: bool, root: int, others: tuple = ()) -> None:
+        rows = _row_array(x)
+        if rows is None:
             return
-        rows = x.detach()
-        if rows.device.type != "cpu":
-            rows = rows.cpu()
-        rows = rows.reshape(rows.shape[0], -1)
-        if rows.dtype in (torch.bfloat16, torch.float16):
-            rows = rows.float()  # numpy has no bfloat16
-        if rows.shape[1] > 2048:  # large samples (images): a fixed spread of 2048 values identifies them
-            rows = rows[:, :: rows.shape[1] // 2048]
-        rows = rows.contiguous().numpy()
+        parts = [p for p in (_row_array(o) for o in others) if p is not None]
+        if parts:  # one key per sample: the bytes of its row in every input
+            rows = [b"".join(r.tobytes() for r in row) for row in zip(rows, *parts)]
         if train:
             self.eval_group_open = False
-            hashes = [hash((root, r.tobytes())) for r in rows]
+            hashes = [hash((root, _row_bytes(r))) for r in rows]
             self.last_row_hashes[root] = hashes[:1024]
             probe = self.train_repeats
             if not probe["done"]:
@@ -157,8 +155,28 @@ class ModelInputs:
                 self.eval_group_open = True
             group = self.eval_groups[-1]
             if len(group["hashes"]) < 100_000:
-                hashes = [hash((root, r.tobytes())) for r in rows]
+                hashes = [hash((root, _row_bytes(r))) for r in rows]
                 group["hashes"].extend(hashes)
                 # rows already trained on when they were evaluated: a sample first evaluated and trained on
                 # only later was collected, not validated (a policy's rollout, then its update on that rollout)
                 group["trained_before"] = group.get("trained_before", 0) + sum(h in self.train_hashes for h in hashes)
+
+
+def _row_array(x: Any):
+    """A batch's rows as a 2-D numpy array (large samples thinned to 2048 values), or None for other dtypes."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 1 or (
+            not x.is_floating_point() and x.dtype not in (torch.int64, torch.int32, torch.uint8)):
+        return None
+    rows = x.detach()
+    if rows.device.type != "cpu":
+        rows = rows.cpu()
+    rows = rows.reshape(rows.shape[0], -1)
+    if rows.dtype in (torch.bfloat16, torch.float16):
+        rows = rows.float()  # numpy has no bfloat16
+    if rows.shape[1] > 2048:  # large samples (images): a fixed spread of 2048 values identifies them
+        rows = rows[:, :: rows.shape[1] // 2048]
+    return rows.contiguous().numpy()
+
+
+def _row_bytes(row: Any) -> bytes:
+    return row if isinstance(row, bytes) else row.tobytes()

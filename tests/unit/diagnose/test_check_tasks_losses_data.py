@@ -157,6 +157,44 @@ def test_evaluating_the_whole_training_input_is_still_overlap(tmp_path):
     assert "train-val-overlap" in by_id(run(script))
 
 
+_COPIES = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+cats, nums = torch.randint(0, 2, (1500, 3)), torch.randn(1500, 4)      # first input: only 8 distinct rows
+y = ((cats.sum(1) + (nums[:, 0] > 0).long()) >= 2).long()
+train = TensorDataset(cats[:1000], nums[:1000], y[:1000])
+copies = torch.arange(COPIES)                                            # records that are in both parts
+val_idx = torch.cat([torch.arange(1000, 1000 + 500 - COPIES), copies])
+val = TensorDataset(cats[val_idx], nums[val_idx], y[val_idx])
+net = nn.Sequential(nn.Linear(7, 16), nn.ReLU(), nn.Linear(16, 2))
+model = type("Table", (nn.Module,), {"forward": lambda self, c, x: net(torch.cat([c.float(), x], 1))})()
+model.net = net
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(3):
+    for c, x, t in DataLoader(train, batch_size=50, shuffle=True):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(c, x), t).backward()
+        opt.step()
+    with torch.no_grad():
+        acc = sum((model(c, x).argmax(1) == t).sum().item() for c, x, t in DataLoader(val, batch_size=100))
+"""
+
+
+@pytest.mark.parametrize("copies, severity", [(0, None), (25, "info"), (150, "error")])
+def test_a_sample_is_all_its_inputs_and_a_few_copied_records_are_a_hint(tmp_path, copies, severity):
+    """Rows are told apart by every input of the forward (a table's 8 distinct categorical rows alone would match
+    every evaluated row); 5% of the evaluated records also in training is what data with duplicate records gives
+    after a correct split (a hint), 30% is a split that overlaps (an error)."""
+    script = tmp_path / "copies.py"
+    script.write_text(_COPIES.replace("COPIES", str(copies)))
+    f = by_id(run(script)).get("train-val-overlap")
+    assert (f.severity if f else None) == severity, f and f.render()
+    if f is not None:
+        assert f.evidence["overlapping"] == copies and f.evidence["evaluated"] == 500
+
+
 # --------------------------------------------------------------------------- 6. imbalance: a hint unless it bites
 
 def test_imbalance_the_model_ignores_is_a_warning():

@@ -28,8 +28,9 @@ class TokensAndRows:
 
     # vocabulary size -> {"step": its last encoding's step, "positions": how many ids that encoding held}
     tokens: dict[int, dict] = field(default_factory=dict)
-    # vocabulary size -> [step, lookups of one position this step that differed from the one before, last ids]
-    positions: dict[int, list] = field(default_factory=dict)
+    # (vocabulary size, id of its table or None for one_hot) -> [step, lookups of one position this step that
+    # differed from the one before, last ids]
+    positions: dict[tuple, list] = field(default_factory=dict)
     # row sets used to index a model output ("sets": key -> rows), the training loss's ("train": rows of the
     # output -> keys), each evaluation step's ("eval": rows of the output -> step -> keys), and "where"
     masks: dict[str, Any] = field(default_factory=lambda: {"sets": {}, "train": {}, "eval": {}})
@@ -154,9 +155,13 @@ def _note_tokens(w, ids: torch.Tensor, weight) -> None:
     if ids.numel() < 2 or ids.numel() > 4096:
         return
     pos = w.tokens_rows.positions
-    rec = pos.get(V)
+    # one table looked up again and again (a decoder's embedding); several tables of one size each looked up once
+    # (a table's categorical columns, each with its own embedding) are no decoder
+    key = (V, id(weight)) if isinstance(weight, torch.Tensor) else (V, None)
+    rec = pos.get(key)
     if rec is None or rec[0] != w.steps:
-        rec = pos[V] = [w.steps, 0, None]
+        rec = [w.steps, 0, None]
+        put_newest(pos, key, rec)
     flat = ids.detach().flatten()
     if rec[2] is None or rec[2].shape != flat.shape or not torch.equal(rec[2], flat):
         rec[1] += 1

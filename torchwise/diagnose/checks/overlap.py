@@ -79,10 +79,20 @@ def train_val_overlap(w) -> list[Finding]:
     if not bad:
         return []
     g, hit, n = bad[0]
-    return [Finding("train-val-overlap", where=g["where"],
+    # a few identical rows are what a correct split of data with duplicate records gives (tables, repeated
+    # measurements): a hint; a split that overlaps (indices that cross, a loader over the training set) shows more
+    few = hit / n < FEW_DUPLICATES
+    return [Finding("train-val-overlap", where=g["where"], severity="info" if few else "",
+                    maybe_fine=_DUPLICATE_RECORDS.format(share=hit / n) if few else "",
                     message=f"{hit} of {n} samples evaluated here ({hit / n:.0%}) are identical to samples the model "
                             "was trained on.",
                     evidence={"overlapping": hit, "evaluated": n, "evaluations": len(w.inputs.eval_groups)})]
+
+
+FEW_DUPLICATES = 0.10
+_DUPLICATE_RECORDS = ("{share:.0%} of the evaluated rows equal training rows: data that holds duplicate records (common "
+                      "in tables, or repeated measurements) gives that after a correct split, and new data will hold "
+                      "such repeats too; if they are copies of one record, drop duplicates before splitting.")
 
 
 # One input shared by index masks (transductive learning: one forward over the whole graph, the loss on

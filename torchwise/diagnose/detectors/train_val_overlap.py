@@ -21,7 +21,8 @@ train_idx, val_idx = perm[:n_train], perm[n_train:]       # disjoint index sets
               'asked for by name)'),
     applies_to=ALL_OBJECTIVES,
     harm=('Wrong whatever happens: the validation metric counts samples the model was trained on, so it overstates '
-          'how the model does on new data.'),
+          'how the model does on new data. Under 10% identical rows is an info hint: a correct split of data with '
+          'duplicate records gives that, and new data repeats them too.'),
     explains=(),
     decided_in='checks/overlap.py',
 )
