@@ -69,6 +69,8 @@ def test_correct_script_has_no_finding(path):
     allowed = info_ok(path)
     unexpected = [f for f in result.findings if not (f.severity == "info" and f.id in allowed)]
     assert unexpected == [], "\n\n".join(f.render() for f in unexpected)
+    # a failure inside a detector loses its evidence: a clean verdict must not rest on one
+    assert result.internal_errors == [], [f"{e.get('where')}: {e.get('error')}" for e in result.internal_errors]
 
 
 def test_detection_does_not_depend_on_names_or_comments(tmp_path):

@@ -266,6 +266,10 @@ class ModelHooks:
             where = user_where()
             self._record_relu(("f", where), out, f"relu at {where}")
 
+    def _samples_noise(self, args: tuple) -> bool:
+        x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        return x is not None and self.w.objective.tag_of(x) == "noise"
+
     def _root_pre_impl(self, module: nn.Module, args: tuple) -> None:
         info = self.roots.get(id(module))
         if info is None:
@@ -301,17 +305,23 @@ class ModelHooks:
                 self.w.hit("eval-mode-missing", info={"model": info.label})
             elif training and info.has_mode_layers:
                 # under no_grad: an evaluation, unless this model's output becomes a loss's target (a DQN's target
-                # network, a distillation teacher): decided at the end from objective.target_makers
+                # network, a distillation teacher): decided at the end from objective.target_makers; or unless its
+                # input is noise the script drew (a generator's samples, shown or logged: they evaluate nothing),
+                # which only a deep step can tell (the function mode tags what randn makes)
                 rec = self.w.hit_info.setdefault("eval-mode-missing~nograd", {}).setdefault(
-                    id(module), {"forwards": 0, "where": user_where(), "model": info.label})
+                    id(module), {"forwards": 0, "where": user_where(), "model": info.label, "seen": 0, "noise": 0})
                 rec["forwards"] += 1
+                if self.deep.active:
+                    rec["seen"] += 1
+                    rec["noise"] += self._samples_noise(args)
         elif not training and info.has_mode_layers:
             self.pending_evalmode_train = self.pending_evalmode_train or (user_where() or "?")
         else:
             self.pending_evalmode_train = None  # the forward that feeds the next step() runs in train mode
-        x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        # the first dense input (a graph network's sparse adjacency has no rows to hash nor statistics to take)
+        x = next((a for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided), None)
         if x is None and args and isinstance(args[0], (tuple, list)):
-            x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
+            x = next((a for a in args[0] if isinstance(a, torch.Tensor) and a.layout == torch.strided), None)
         if x is None:
             return
         if is_train_fwd and x.dim() >= 1:
@@ -323,6 +333,6 @@ class ModelHooks:
         if self.inputs.capture_overfit and self.inputs.overfit_capture is None and is_train_fwd and self.w.steps == 0:
             self.inputs.capture_for_overfit(module, args)
         if self.inputs.hash_rows and x.dim() >= 1 and x.shape[0] > 0:
-            others = tuple(a for a in args if a is not x and isinstance(a, torch.Tensor)
+            others = tuple(a for a in args if a is not x and isinstance(a, torch.Tensor) and a.layout == torch.strided
                            and a.dim() >= 1 and a.shape[0] == x.shape[0])[:8]
             self.inputs.hash_input(x, grad and self.w.phase_now != "eval", id(module), others)

@@ -45,6 +45,9 @@ _FILL = {torch.zeros, torch.ones, torch.full, torch.zeros_like, torch.ones_like,
          torch.Tensor.fill_, torch.Tensor.zero_, torch.Tensor.new_full, torch.Tensor.new_ones, torch.Tensor.new_zeros,
          torch.Tensor.new_empty}
 _ARANGE = {torch.arange}
+# calls that draw random noise (a generator's latent codes): a forward on it samples, it evaluates nothing
+_NOISE = {torch.randn, torch.rand, torch.randn_like, torch.rand_like, torch.normal, torch.Tensor.normal_,
+          torch.Tensor.uniform_}
 # calls that take a second tensor only for its shape, dtype or device: they do not carry its values
 _SHAPE_ONLY = {torch.Tensor.view_as, torch.Tensor.type_as, torch.Tensor.expand_as, torch.Tensor.reshape_as,
                torch.Tensor.to, torch.Tensor.new_tensor, torch.rand_like, torch.randn_like, torch.randint_like}
@@ -83,7 +86,8 @@ class Objectives:
     """The evidence of what each optimizer is trained on, and the verdict (see the module doc)."""
 
     def __init__(self) -> None:
-        self.origin: dict[int, tuple[weakref.ref, str]] = {}  # id(tensor) -> (ref, "model" | "fill" | "arange")
+        # id(tensor) -> (ref, "model" | "model@<id>" | "fill" | "arange" | "noise" | "made")
+        self.origin: dict[int, tuple[weakref.ref, str]] = {}
         self.input_ptrs: dict[int, None] = {}   # data_ptrs of floating tensors fed to the models (recent ones)
         self.pending: list[str] = []            # the kinds of the backward()s since the last optimizer step
         self.per_opt: dict[int, Counter] = {}   # id(optimizer) -> Counter of its backward()s' kinds
@@ -112,7 +116,7 @@ class Objectives:
 
     def note_model_input(self, args: tuple, kwargs: dict | None = None) -> None:
         for t in list(_tensors(args))[:4] + list(_tensors(kwargs or {}))[:4]:
-            if t.is_floating_point() and t.numel() > 1:
+            if t.is_floating_point() and t.numel() > 1 and t.layout == torch.strided:  # (a sparse one has no data pointer)
                 put_newest(self.input_ptrs, t.data_ptr(), None)
 
     def note_model_output(self, out: Any, maker: int | None = None) -> None:
@@ -129,16 +133,20 @@ class Objectives:
             tag = "fill"
         elif func in _ARANGE:
             tag = "arange"
+        elif func in _NOISE:
+            tag = "noise"
         elif not self.origin:
             return
         else:
             # every torch call of a deep step comes here: plain loops, no generator or set unless a tag is found
-            origin, tags = self.origin, None
+            origin, tags, untagged = self.origin, None, False
             for a in (args[:1] if func in _SHAPE_ONLY else args):
                 for t in (a if isinstance(a, (list, tuple)) else (a,)):
                     rec = origin.get(id(t))
                     if rec is not None and rec[0]() is t:
                         tags = (tags or set()) | {rec[1]}
+                    elif isinstance(t, torch.Tensor):
+                        untagged = True
             if kwargs and func not in _SHAPE_ONLY:
                 for t in kwargs.values():
                     rec = origin.get(id(t))
@@ -146,9 +154,7 @@ class Objectives:
                         tags = (tags or set()) | {rec[1]}
             if not tags:
                 return
-            made_by = next((t for t in tags if t.startswith("model@")), None)
-            tag = made_by or ("model" if "model" in tags else ("fill" if tags == {"fill"} else "arange"
-                                                                if tags == {"arange"} else "made"))
+            tag = _combined(tags, untagged)
         for t in _tensors(out):
             self._remember(t, tag)
 
@@ -164,7 +170,7 @@ class Objectives:
             return "data"
         tag = self.tag_of(target)
         if tag is not None and tag.startswith("model@"):
-            self.target_makers.add(int(tag[6:]))
+            self.target_makers.update(int(m) for m in tag[6:].split(","))
         if (tag is not None and tag.startswith("model")) or target.requires_grad:
             return "model"
         if tag in ("fill", "arange", "made"):
@@ -301,6 +307,21 @@ def _params_only(node, budget: int = 48) -> bool:
             return False
         stack.extend(m for m, _ in n.next_functions)
     return True
+
+
+def _combined(tags: set[str], untagged: bool) -> str:
+    """The tag of what a call computes from tensors with these tags: every model whose no_grad output went into it
+    ("model@<id>,<id>": a target made from an actor's and a critic's outputs names both), else "model"; noise
+    when it is made of noise and other things the script made only (a latent code with its one-hot labels; noise
+    added to data is data); "fill"/"arange" when made of those alone; else "made"."""
+    makers = sorted({m for t in tags if t.startswith("model@") for m in t[6:].split(",")})
+    if makers:
+        return "model@" + ",".join(makers)
+    if "model" in tags:
+        return "model"
+    if tags == {"fill"} or tags == {"arange"}:
+        return next(iter(tags))
+    return "noise" if "noise" in tags and not untagged else "made"
 
 
 def classify(terms: list[str]) -> str:

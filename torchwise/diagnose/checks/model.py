@@ -76,13 +76,14 @@ def _mode_mistakes(w) -> list[Finding]:
 def _eval_forwards_in_train_mode(w) -> tuple[int, str | None, dict]:
     """Forwards made for evaluation in train mode: in an evaluation pass, and under no_grad by a model whose output
     never became a loss's target (a DQN's target network and a distillation teacher run under no_grad to make the
-    targets of training: that is training, whatever mode they are in)."""
+    targets of training: that is training, whatever mode they are in) and whose input is not noise the script
+    drew (a generator sampling images to show: nothing is measured on them)."""
     n, where = w.hits.get("eval-mode-missing", 0), w.hit_where.get("eval-mode-missing")
     info = dict(w.hit_info.get("eval-mode-missing", {}))
     makers = w.objective.target_makers
     for root, rec in w.hit_info.get("eval-mode-missing~nograd", {}).items():
-        if root in makers:
-            continue
+        if root in makers or (rec.get("seen") and rec.get("noise") == rec["seen"]):
+            continue  # it makes training targets; or every forward of it a deep step saw was on drawn noise
         n += rec["forwards"]
         where = where or rec["where"]
         info.setdefault("model", rec["model"])

@@ -56,6 +56,8 @@ def train_val_overlap(w) -> list[Finding]:
         hs = g["hashes"]
         if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation
             continue
+        if g.get("root") in w.objective.target_makers:
+            continue  # no_grad forwards that make the targets of training (SAC's actor on s_next): not evaluation
         if g.get("loader") is not None and g["loader"] in train_loaders:
             # the very loader the steps came from (check_accuracy(train_loader, model)): a training accuracy the
             # script asks for by name, which misleads no one; another loader over the training set is the mistake

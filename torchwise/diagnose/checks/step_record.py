@@ -97,7 +97,7 @@ def note_root_input(w, module, args) -> None:
     x = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if x is None and args and isinstance(args[0], (tuple, list)):
         x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
-    if x is None or x.numel() == 0:
+    if x is None or x.numel() == 0 or x.layout != torch.strided:  # (a sparse input has no data pointer)
         return
     j = jstate(w)
     src = j["out_ptrs"].get((x.data_ptr(), x.numel()))
