@@ -139,6 +139,39 @@ def test_clearly_flat_loss_is_still_judged():
     assert "loss-not-decreasing" in ids_of(ZOO / "buggy" / "shuffled_separately.py")
 
 
+_SGD_RUN = """
+import torch
+import torch.nn as nn
+from sklearn.datasets import load_digits
+torch.manual_seed(0)
+X, y = load_digits(return_X_y=True)
+X, y = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
+if SHUFFLED:
+    y = y[torch.randperm(len(y))]  # labels out of step with the images: nothing to learn
+model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+for step in range(STEPS):
+    idx = torch.randint(0, len(y), (64,))
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(X[idx]), y[idx]).backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("steps, shuffled, severity", [(40, False, None), (40, True, "info"),
+                                                       (300, True, "warning")])
+def test_a_whole_run_too_short_to_tell_a_slow_start_is_a_hint(tmp_path, steps, shuffled, severity):
+    """Plain SGD at lr 0.01 sits near chance for its first tens of steps on a working setup: a whole run of 40
+    steps cannot tell that from a run that learns nothing (labels shuffled), so either is a hint; 300 steps of the
+    broken one are the harm itself."""
+    path = tmp_path / "short.py"
+    path.write_text(_SGD_RUN.replace("SHUFFLED", str(shuffled)).replace("STEPS", str(steps)))
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = run_script(str(path), [], max_steps=0)
+    flat = [f.severity for f in result.findings if f.id == "loss-not-decreasing"]
+    assert flat == ([severity] if severity else []), [f.render() for f in result.findings]
+
+
 def test_trend_separates_noise_from_progress():
     g = torch.Generator().manual_seed(0)
     noise = (torch.randn(300, generator=g) * 0.1).tolist()

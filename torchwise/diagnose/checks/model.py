@@ -345,15 +345,30 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
                    f"at its noise (slope {b:.2g} +- {2 * se:.2g} per value) a slow start cannot be told from no "
                    "progress"))
             continue
-        found.append(_flat_loss_finding(w, cs, label, best_drop, clear, cut_short=not seen_enough))
+        found.append(_flat_loss_finding(w, cs, label, best_drop, clear, cut_short=not seen_enough,
+                                        short_run=cs["n"] < SHORT_RUN_VALUES))
         break
     return found, ("; ".join(reasons) if reasons and not found else None)
 
 
-def _flat_loss_finding(w, cs: dict, label: str | None, best_drop: float, clear: bool, cut_short: bool) -> Finding:
+# a whole run of fewer loss values than this is too short to tell no progress from a slow start: plain SGD at a
+# small learning rate sits at chance for its first tens of steps on a working setup (MNIST at lr 0.01)
+SHORT_RUN_VALUES = 100
+
+
+def _flat_loss_finding(w, cs: dict, label: str | None, best_drop: float, clear: bool, cut_short: bool,
+                       short_run: bool = False) -> Finding:
     """A flat loss. Seen over the whole run (or two epochs) it is the harm itself: a warning. Cut short by check
-    within the first epoch it is only a hint: a slow start (per-sample updates, a small learning rate, a
-    warm-up) looks the same over the steps check watched."""
+    within the first epoch, or a whole run of fewer than SHORT_RUN_VALUES losses, it is only a hint: a slow start
+    (per-sample updates, a small learning rate, a warm-up) looks the same over so few steps."""
+    if short_run and not cut_short:
+        hint = (f"the whole run made {cs['n']} loss values: a slow start (plain SGD at a small learning rate, a "
+                "warm-up) is flat over that few steps too; a longer run tells them apart.")
+        return Finding("loss-not-decreasing", where=w.loss_watch.backward_where, severity="info", maybe_fine=hint,
+                       message=f"Over the run's {cs['n']} loss values{f' of {label}' if label else ''} the training "
+                               f"loss went from {cs['first']:.4g} (first 10%) to {cs['last']:.4g} (last 25%).",
+                       evidence={"loss_first": cs["first"], "loss_last": cs["last"], "values": cs["n"],
+                                 "most_decrease_within_noise": best_drop, "optimizer": label})
     of = f" of {label}" if label else ""
     return Finding("loss-not-decreasing", where=w.loss_watch.backward_where,
                    message=f"Over {cs['n']} loss values{of} the training loss went from {cs['first']:.4g} "

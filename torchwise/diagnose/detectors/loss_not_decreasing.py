@@ -16,7 +16,8 @@ perm = torch.randperm(len(x)); x, y = x[perm], y[perm]  # shuffle inputs and lab
 """,
     maybe_fine=(""),
     evidence=("last quarter vs first tenth of each optimizer's losses; stopped runs need a clear absence of "
-              "progress at the loss's noise (slope, 2 s.e.)"),
+              "progress at the loss's noise (slope, 2 s.e.); a whole run of fewer than 100 losses is only a hint "
+              "(a slow start looks the same over so few steps)"),
     applies_to=FIXED_OBJECTIVES,
     harm=('The harm itself: a loss against fixed targets does not fall over the run (judged against its noise).'),
     explains=(),
