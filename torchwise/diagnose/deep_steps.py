@@ -27,6 +27,12 @@ OP_HUNT_STEPS = 10  # deep steps after the first nan/inf loss, looking for the m
 # forward (the loss and relu calls a model makes itself, the objective's tags) has been seen by then, and its
 # per-operation analysis is most of a deep step's cost on a model of many small layers. Never while a NaN is hunted.
 LIGHT_AFTER_STEPS = 20
+# check mode: the deep window (deep_first steps) also ends once the function mode has analysed this many torch
+# calls, after at least DEEP_MIN_STEPS steps: a step that is a whole episode or rollout (thousands of forwards and
+# distribution calls: A2C collecting 2,048 transitions) holds as much evidence as a hundred plain steps, and costs
+# as much; later steps are deep on the deep_every schedule as before
+DEEP_CALL_BUDGET = 100_000
+DEEP_MIN_STEPS = 3
 
 
 class DeepWatcher(Protocol):
@@ -157,11 +163,16 @@ class DeepSteps:
 
     def want_deep(self) -> bool:
         s = self.w.steps
-        if s < self.deep_first or self._want_nonfinite_hunt():
+        if (s < self.deep_first and not self._calls_spent(s)) or self._want_nonfinite_hunt():
             return True
         if self.w.driven:
             return s >= self.next_deep and self._deep_affordable()
         return s % self.deep_every == 0
+
+    def _calls_spent(self, steps: int) -> bool:
+        mode = self.w.function_mode
+        return (self.w.check_mode and steps >= DEEP_MIN_STEPS and mode is not None
+                and mode.analysed >= DEEP_CALL_BUDGET)
 
     def _want_nonfinite_hunt(self) -> bool:
         # bounded: a nan that no module makes (log(0) in the loss, one bad batch) must not leave every

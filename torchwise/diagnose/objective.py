@@ -46,8 +46,8 @@ _FILL = {torch.zeros, torch.ones, torch.full, torch.zeros_like, torch.ones_like,
          torch.Tensor.new_empty}
 _ARANGE = {torch.arange}
 # calls that draw random noise (a generator's latent codes): a forward on it samples, it evaluates nothing
-_NOISE = {torch.randn, torch.rand, torch.randn_like, torch.rand_like, torch.normal, torch.Tensor.normal_,
-          torch.Tensor.uniform_}
+# (torch.normal(mean, std) is left out: over a model's outputs it is a policy's action, drawn at every env step)
+_NOISE = {torch.randn, torch.rand, torch.randn_like, torch.rand_like, torch.Tensor.normal_, torch.Tensor.uniform_}
 # calls that take a second tensor only for its shape, dtype or device: they do not carry its values
 _SHAPE_ONLY = {torch.Tensor.view_as, torch.Tensor.type_as, torch.Tensor.expand_as, torch.Tensor.reshape_as,
                torch.Tensor.to, torch.Tensor.new_tensor, torch.rand_like, torch.randn_like, torch.randint_like}

@@ -156,3 +156,38 @@ def test_the_first_evaluation_passes_are_deep_wherever_they_fall(tmp_path):
     assert "compare-values-not-indices" in [f.id for f in result.findings], [f.id for f in result.findings]
     turned_on_at_eval = [s for s, on, _, _ in seen if on and s in (53, 106, 159, 212)]
     assert turned_on_at_eval == [53, 106, 159][:DEEP_EVAL_PASSES], seen
+
+
+def test_the_deep_window_ends_once_its_call_budget_is_spent(monkeypatch):
+    """A step that is a whole rollout makes thousands of torch calls: the deep window (deep_first steps) ends once
+    the function mode has analysed DEEP_CALL_BUDGET calls, after DEEP_MIN_STEPS steps; later steps are deep on the
+    deep_every schedule only. Counted calls, not time (the budget is made small here)."""
+    from torchwise.diagnose import deep_steps
+    from torchwise.diagnose.watch import Watcher
+
+    monkeypatch.setattr(deep_steps, "DEEP_CALL_BUDGET", 1000)
+    torch.manual_seed(0)
+    policy = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.01)
+    w = Watcher(check_mode=True).attach()
+    per_step = []
+    try:
+        for step in range(12):
+            before = w.function_mode.analysed
+            opt.zero_grad()
+            total = 0.0
+            for t in range(60):  # a rollout: one forward and a few distribution calls per time step
+                logits = policy(torch.randn(4))
+                total = total - torch.log_softmax(logits, -1)[t % 2] * (1.0 + t * 0.01)
+            total.backward()
+            opt.step()
+            per_step.append(w.function_mode.analysed - before)
+    finally:
+        w.detach()
+    spent = next(i for i in range(len(per_step)) if sum(per_step[:i + 1]) >= 1000)
+    first_off = max(spent, deep_steps.DEEP_MIN_STEPS - 1) + 1
+    assert all(n > 0 for n in per_step[:first_off]), per_step
+    deep_every = w.deep.deep_every
+    # (a step that turns the next one deep sees its own last call or two analysed)
+    assert [i for i in range(first_off, 12) if per_step[i] > 10] == \
+        [i for i in range(first_off, 12) if i % deep_every == 0], per_step
