@@ -266,6 +266,18 @@ class ModelHooks:
             where = user_where()
             self._record_relu(("f", where), out, f"relu at {where}")
 
+    def _note_no_grad_train_forward(self, module: nn.Module, info: RootInfo, args: tuple) -> None:
+        """A no_grad forward in train mode: an evaluation, unless this model's output becomes a loss's target (a
+        DQN's target network, a distillation teacher): decided at the end from objective.target_makers; or unless
+        its input is noise the script drew (a generator's samples, shown or logged: they evaluate nothing), which
+        only a deep step can tell (the function mode tags what randn makes)."""
+        rec = self.w.hit_info.setdefault("eval-mode-missing~nograd", {}).setdefault(
+            id(module), {"forwards": 0, "where": user_where(), "model": info.label, "seen": 0, "noise": 0})
+        rec["forwards"] += 1
+        if self.deep.active:
+            rec["seen"] += 1
+            rec["noise"] += self._samples_noise(args)
+
     def _samples_noise(self, args: tuple) -> bool:
         x = next((a for a in args if isinstance(a, torch.Tensor)), None)
         return x is not None and self.w.objective.tag_of(x) == "noise"
@@ -304,16 +316,7 @@ class ModelHooks:
             if training and info.has_mode_layers and grad:
                 self.w.hit("eval-mode-missing", info={"model": info.label})
             elif training and info.has_mode_layers:
-                # under no_grad: an evaluation, unless this model's output becomes a loss's target (a DQN's target
-                # network, a distillation teacher): decided at the end from objective.target_makers; or unless its
-                # input is noise the script drew (a generator's samples, shown or logged: they evaluate nothing),
-                # which only a deep step can tell (the function mode tags what randn makes)
-                rec = self.w.hit_info.setdefault("eval-mode-missing~nograd", {}).setdefault(
-                    id(module), {"forwards": 0, "where": user_where(), "model": info.label, "seen": 0, "noise": 0})
-                rec["forwards"] += 1
-                if self.deep.active:
-                    rec["seen"] += 1
-                    rec["noise"] += self._samples_noise(args)
+                self._note_no_grad_train_forward(module, info, args)
         elif not training and info.has_mode_layers:
             self.pending_evalmode_train = self.pending_evalmode_train or (user_where() or "?")
         else:

@@ -190,9 +190,7 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
 def looks_like_lm(w, inp, labels, C) -> bool:
     """Targets that are token ids: next-token prediction over a vocabulary (see the module doc)."""
     tok = w.tokens_rows.tokens.get(C)  # sequences of token ids encoded over a vocabulary as large as the output
-    # ... and a target per position (at least half as many as the ids encoded: a next-token shift drops one per
-    # sequence): a sequence classifier's one label per sequence is no token, even where its class count equals
-    # an embedding's size (BERT's 2 token types and 2 classes)
+    # ... with a target per position (a next-token shift drops one per sequence): one label per sequence is no token
     if tok is not None and tok["step"] == w.steps and 2 * labels.numel() >= tok.get("positions", 0):
         return True
     if C >= _LM_MIN_VOCAB:
