@@ -186,9 +186,9 @@ class LossAndBackward:
     def _graph_is_mean(loss: torch.Tensor) -> bool:
         """Whether a loss no torch loss function returned is a mean over its batch: a graph whose terms (through
         sums, differences and scalings) include a mean and no sum (`hinge.mean() + c * w @ w / 2`)."""
-        seen_mean, todo, looked = False, [loss.grad_fn], 0
-        while todo and looked < 12:
-            node = todo.pop()
+        seen_mean, stack, looked = False, [loss.grad_fn], 0
+        while stack and looked < 12:
+            node = stack.pop()
             looked += 1
             name = type(node).__name__ if node is not None else ""
             if name.startswith("Mean"):
@@ -196,7 +196,7 @@ class LossAndBackward:
             elif name.startswith("Sum"):
                 return False
             elif name in _PASS_THROUGH:
-                todo.extend(n for n, _ in node.next_functions if n is not None)
+                stack.extend(n for n, _ in node.next_functions if n is not None)
         return seen_mean
 
     def on_backward(self, tensors: Any) -> None:

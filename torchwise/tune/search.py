@@ -69,11 +69,11 @@ def tune(config: Any, space: Any, *, trials: int, out: str | Path | None = None,
     for item in enqueue or []:
         study.enqueue_trial(_check_enqueued(dict(item), params), skip_if_exists=True)
     st.recover_interrupted(study, study_storage, study_dir, log)
-    todo = max(0, trials - st.counted(study))
-    if todo:
-        log(f"tune: {st.counted(study)} of {trials} trials already in the study; running {todo} more, "
-            f"{min(parallel, todo)} at a time (pruner: {pruner}, {metric} -> {direction[:3]})")
-        _run_workers(study, study_storage, study_dir, url, name, trials=trials, parallel=min(parallel, todo),
+    remaining = max(0, trials - st.counted(study))
+    if remaining:
+        log(f"tune: {st.counted(study)} of {trials} trials already in the study; running {remaining} more, "
+            f"{min(parallel, remaining)} at a time (pruner: {pruner}, {metric} -> {direction[:3]})")
+        _run_workers(study, study_storage, study_dir, url, name, trials=trials, parallel=min(parallel, remaining),
                      pruner=pruner, seed=seed + len(study.trials), max_failures=max_failures, log=log)
     else:
         log(f"tune: the study already holds {trials} trials; writing the results")
