@@ -16,7 +16,7 @@ from torchwise.diagnose.checks import graph_uses
 from torchwise.diagnose.checks import model as model_checks
 from torchwise.diagnose.checks import step_record, symmetry
 from torchwise.diagnose.function_mode import FunctionMode
-from torchwise.diagnose.tensors import all_finite, compiling, quiet
+from torchwise.diagnose.tensors import all_finite, compiling, first_dense_input, quiet
 from torchwise.diagnose.user_code import is_user_file, user_where, where_defined
 from torchwise.diagnose.health import CheckerHealth
 from torchwise.diagnose.objective import Objectives
@@ -321,10 +321,7 @@ class ModelHooks:
             self.pending_evalmode_train = self.pending_evalmode_train or (user_where() or "?")
         else:
             self.pending_evalmode_train = None  # the forward that feeds the next step() runs in train mode
-        # the first dense input (a graph network's sparse adjacency has no rows to hash nor statistics to take)
-        x = next((a for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided), None)
-        if x is None and args and isinstance(args[0], (tuple, list)):
-            x = next((a for a in args[0] if isinstance(a, torch.Tensor) and a.layout == torch.strided), None)
+        x = first_dense_input(args)
         if x is None:
             return
         if is_train_fwd and x.dim() >= 1:

@@ -314,6 +314,9 @@ def _combined(tags: set[str], untagged: bool) -> str:
     ("model@<id>,<id>": a target made from an actor's and a critic's outputs names both), else "model"; noise
     when it is made of noise and other things the script made only (a latent code with its one-hot labels; noise
     added to data is data); "fill"/"arange" when made of those alone; else "made"."""
+    if len(tags) == 1:  # (most tagged calls: one tag goes through as it is)
+        tag = next(iter(tags))
+        return "made" if tag == "noise" and untagged else tag
     makers = sorted({m for t in tags if t.startswith("model@") for m in t[6:].split(",")})
     if makers:
         return "model@" + ",".join(makers)

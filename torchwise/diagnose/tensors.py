@@ -41,3 +41,13 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
         return torch.get_autocast_dtype(device_type)
     except RuntimeError:  # a device type autocast does not know (meta)
         return None
+
+
+def first_dense_input(args: tuple) -> torch.Tensor | None:
+    """A forward's first dense tensor argument (or, when its first argument is a list or tuple, the first dense
+    tensor in it): what a model's input is read from. A sparse one (a graph network's adjacency) has no data
+    pointer and no rows to hash or take statistics of."""
+    x = next((a for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided), None)
+    if x is None and args and isinstance(args[0], (tuple, list)):
+        x = next((a for a in args[0] if isinstance(a, torch.Tensor) and a.layout == torch.strided), None)
+    return x

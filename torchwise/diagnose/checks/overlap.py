@@ -50,8 +50,9 @@ def train_val_overlap(w) -> list[Finding]:
     # a sample space so small that fresh samples repeat (8 values from {-1, 0, 1}): the share of the first
     # training rows that repeat an earlier one is the share of evaluation rows that match training by chance
     chance = _chance_match(w)
-    trained = {id(getattr(p.loader, "dataset", None)) for p in w.loaders.passes if p.steps > 0}
-    train_loaders = {id(p.loader) for p in w.loaders.passes if p.steps > 0}
+    train_passes = [p for p in w.loaders.passes if p.steps > 0]
+    trained = {id(getattr(p.loader, "dataset", None)) for p in train_passes}
+    train_loaders = {id(p.loader) for p in train_passes}
     for g in w.inputs.eval_groups:
         hs = g["hashes"]
         if len(hs) < 5 or g["step"] == 0:  # before any training step: a baseline, not validation

@@ -11,6 +11,7 @@ import math
 import torch
 
 from torchwise.diagnose.bounded import put_newest
+from torchwise.diagnose.tensors import first_dense_input
 
 
 def median(xs):
@@ -94,10 +95,8 @@ def note_root_input(w, module, args) -> None:
     tensor, as a fingerprint of its values, and whether it is another model's output (a GAN's fake)."""
     if not w.is_deep or not torch.is_grad_enabled():
         return
-    x = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if x is None and args and isinstance(args[0], (tuple, list)):
-        x = next((a for a in args[0] if isinstance(a, torch.Tensor)), None)
-    if x is None or x.numel() == 0 or x.layout != torch.strided:  # (a sparse input has no data pointer)
+    x = first_dense_input(args)
+    if x is None or x.numel() == 0:
         return
     j = jstate(w)
     src = j["out_ptrs"].get((x.data_ptr(), x.numel()))
