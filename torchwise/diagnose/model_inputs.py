@@ -170,12 +170,14 @@ def _row_array(x: Any):
     rows = x.detach()
     if rows.device.type != "cpu":
         rows = rows.cpu()
-    rows = rows.reshape(rows.shape[0], -1)
     if rows.dtype in (torch.bfloat16, torch.float16):
         rows = rows.float()  # numpy has no bfloat16
+    # numpy's view and slicing: torch's reshape and contiguous() copied the whole batch to keep a spread of it
+    rows = rows.numpy()
+    rows = rows.reshape(rows.shape[0], -1)
     if rows.shape[1] > 2048:  # large samples (images): a fixed spread of 2048 values identifies them
         rows = rows[:, :: rows.shape[1] // 2048]
-    return rows.contiguous().numpy()
+    return rows
 
 
 def _row_bytes(row: Any) -> bytes:

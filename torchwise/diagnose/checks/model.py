@@ -412,13 +412,14 @@ def record_relu(w, key, out: torch.Tensor, label: str) -> None:
         return
     from torchwise.diagnose.user_code import user_where
     with torch.no_grad():
-        pos = out > 0
+        # a unit is alive where its largest value over the batch (and positions) is positive: one reduction,
+        # ten times cheaper than a boolean copy of the output transposed to put the channels first
         if out.dim() == 2:
-            alive = pos.any(0)
-        elif out.dim() == 3:
-            alive = pos.flatten(0, 1).any(0)
-        else:
-            alive = pos.transpose(0, 1).flatten(1).any(1)
+            alive = out.amax(0) > 0
+        elif out.dim() == 3:  # (N, L, features)
+            alive = out.amax((0, 1)) > 0
+        else:  # (N, C, positions...): per channel
+            alive = out.amax((0, *range(2, out.dim()))) > 0
         units = alive.numel()
         rec = w.models.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
         acc = rec.get("acc")
