@@ -133,7 +133,7 @@ class DeepSteps:
             for h in self._deep_handles:
                 h.remove()
             self._deep_handles.clear()
-        self.w.models.stack.clear()
+        self.w.models.reset_stack()
         if self.w.driven:
             self.sync_driven_hooks()
         elif self.w.function_mode is not None:

@@ -7,6 +7,7 @@ and these hooks run on every forward: they are kept together, small and fast, ap
 from __future__ import annotations
 
 import sys
+from threading import get_ident
 from typing import Any, Protocol
 
 import torch
@@ -66,6 +67,8 @@ class ModelHooks:
         self.health, self.loaders, self.inputs = w.health, w.loaders, w.inputs  # created before this part
         self.deep = w.deep  # read by every hook: one lookup
         self.stack: list[nn.Module] = []
+        self._owner: dict[int, int] = {}  # {0: the thread whose forward the stack holds} (see concurrent)
+        self.elsewhere: dict[int, int] = {}  # thread -> depth of its forward, run while another thread's is on the stack
         self.roots: dict[int, RootInfo] = {}
         self._local_ids: set[int] = set()  # every module of the models (local mode watches only those)
         self._not_roots: set[int] = set()
@@ -197,8 +200,34 @@ class ModelHooks:
                         self.deep.op_hunt = True  # the module made it: name its operation at the next forwards
 
     # Hooks never break the user's program: a checker bug loses evidence, not the training run.
+    def reset_stack(self) -> None:
+        """Between steps no forward is running: a forward that raised (here or in another thread) left its layers."""
+        self.stack.clear()
+        self.elsewhere.clear()
+        self._owner.clear()
+
+    def concurrent(self, entering: bool) -> bool:
+        """Whether this layer hook belongs to a forward run in another thread while the watched one runs (a thread
+        pool's rollouts of model copies: torch releases the GIL inside each operation, so their layers interleave).
+        Such a forward is not a layer of the watched one: it is skipped whole, by its depth in its own thread, and
+        layers are watched one forward at a time. The thread whose forward the stack holds claims it with one
+        dict.setdefault, atomic under the GIL, so two threads starting a forward at once cannot both claim it."""
+        tid = get_ident()
+        depth = self.elsewhere.get(tid) if self.elsewhere else None
+        if depth is None and (self._owner.get(0) == tid or (entering and self._owner.setdefault(0, tid) == tid)
+                              or (not entering and not self._owner)):
+            return False
+        if entering:
+            self.elsewhere[tid] = (depth or 0) + 1
+        elif depth is not None:
+            if depth <= 1:
+                del self.elsewhere[tid]
+            else:
+                self.elsewhere[tid] = depth - 1
+        return True
+
     def mod_pre(self, module, args):
-        if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
+        if compiling() or (not self.w.global_mode and id(module) not in self._local_ids) or self.concurrent(True):
             return
         if self.stack and not torch.is_grad_enabled():
             # inside a model's forward under no_grad (an evaluation, a sampling loop): what the deep hooks look at
@@ -221,7 +250,7 @@ class ModelHooks:
             self.light_forward = torch.is_grad_enabled() and self.deep.light()
 
     def mod_post(self, module, args, out):
-        if compiling() or (not self.w.global_mode and id(module) not in self._local_ids):
+        if compiling() or (not self.w.global_mode and id(module) not in self._local_ids) or self.concurrent(False):
             return
         stack = self.stack
         if len(stack) > 1 and stack[-1] is module and not torch.is_grad_enabled():
@@ -234,6 +263,7 @@ class ModelHooks:
             self.health.internal_error("module forward hook", exc)
         if not self.stack:
             self.light_forward = False
+            self._owner.clear()  # the forward is over: the next one, from any thread, claims the stack
             if self._mode_paused_in_forward:
                 self._mode_paused_in_forward = False
                 self.w.pause_function_mode(False)

@@ -258,7 +258,7 @@ class StepHooks:
         if want != self.deep.active:
             self.deep.set_deep(want)
         else:
-            self.w.models.stack.clear()
+            self.w.models.reset_stack()
         self.w.health.note_step()
         if self.w.max_steps and self.w.steps >= self.w.max_steps:
             enough = (self.w.loaders.eval_seen or self.w.loaders.epoch_without_eval or not self.w.loaders.passes
