@@ -233,13 +233,16 @@ class Objectives:
     def any_fixed(self) -> bool:
         return any(k in FIXED_OBJECTIVES for k in self.kinds().values())
 
-    def not_judged(self) -> str:
-        """Why a detector of the loss curve does not judge this run: no optimizer is trained on a fixed objective."""
+    def not_judged(self, judged: str | None = None) -> str:
+        """Why a detector does not judge this run: no optimizer is trained on an objective it judges (`judged`: those
+        kinds; by default a detector of the loss curve's, the fixed objectives)."""
         kinds = self.summary()
         if not kinds:
             return ("no backward() was looked at closely enough to tell what the loss is (a loss function against "
                     "targets from the data, or something else)")
         said = ", ".join(f"{name}: {kind}" for name, kind in kinds.items())
+        if judged is not None:
+            return f"it judges {judged} objectives, and this run's is not one ({said})"
         return f"the objective is not a fixed supervised loss ({said})"
 
     def summary(self) -> dict[str, str]:

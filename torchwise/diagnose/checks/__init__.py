@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.detectors import ORDER, REGISTRY
-from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
+from torchwise.diagnose.detectors.spec import ALL_OBJECTIVES, FIXED_OBJECTIVES, LABELLED_TARGETS
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -50,6 +50,7 @@ def decide_all(w) -> list[Finding]:
             w.health.internal_error(f"detectors in checks/{name}.py", exc)
     if not w.objective.any_fixed():
         found = [f for f in found if REGISTRY[f.id].applies_to != FIXED_OBJECTIVES]
+    found = [f for f in found if _applies(REGISTRY[f.id], w)]
     found = _apply_harm(w, found)
     found = _drop_consequences(found)
     seen, unique = set(), []
@@ -78,6 +79,20 @@ def _apply_harm(w, found: list[Finding]) -> list[Finding]:
     return found
 
 
+def _run_level(det) -> bool:
+    """Whether a detector's objectives are checked against the run's (every optimizer's kind): not for one of every
+    objective, nor for one of labelled targets, which judges each loss call by where its targets come from."""
+    return det.applies_to not in (ALL_OBJECTIVES, LABELLED_TARGETS)
+
+
+def _applies(det, w) -> bool:
+    """A detector judges a run only where some optimizer is trained on an objective it declares (none classified:
+    unknown, where only the detectors of every objective judge)."""
+    if not _run_level(det):
+        return True
+    return bool(det.applies_to & (set(w.objective.kinds().values()) or {"unknown"}))
+
+
 # Detectors that need an evaluation pass to judge anything.
 _NEEDS_EVAL = ("eval-mode-missing", "train-val-overlap", "val-augmentation")
 
@@ -104,6 +119,9 @@ def undecided(w) -> dict[str, str]:
         for det in REGISTRY.values():
             if det.applies_to == FIXED_OBJECTIVES and det.id != "cannot-overfit-batch":
                 out.setdefault(det.id, w.objective.not_judged())
+    for det in REGISTRY.values():
+        if det.applies_to != FIXED_OBJECTIVES and not _applies(det, w):
+            out.setdefault(det.id, w.objective.not_judged(", ".join(sorted(det.applies_to))))
     return out
 
 

@@ -28,6 +28,12 @@ ALL_OBJECTIVES: frozenset[str] = frozenset(OBJECTIVE_KINDS)
 # detectors of class-index targets: they judge each loss call whose targets come from the data (a contrastive
 # loss's class 0, a GAN's constant labels, a TD target and a reconstruction target are never labels)
 LABELLED_TARGETS: frozenset[str] = frozenset({"supervised", "language-model"})
+# detectors of a validation set: the objectives whose training data is a data set, so that evaluating on samples of
+# it scores the model on what it was fitted to. A return-driven objective (a policy gradient, a TD target: custom,
+# bootstrapped) trains on states the policy visits in its environment, and its evaluation plays episodes in that
+# environment, whose states recur by design (a seeded reset, a deterministic start); a GAN is scored by its samples
+DATA_SET_OBJECTIVES: frozenset[str] = frozenset({"supervised", "language-model", "reconstruction", "generative",
+                                                 "contrastive"})
 SEVERITIES = ("error", "warning", "info")
 
 

@@ -1,7 +1,7 @@
 """train-val-overlap: Validation samples also appear in the training data."""
 from __future__ import annotations
 
-from torchwise.diagnose.detectors.spec import ALL_OBJECTIVES, Detector
+from torchwise.diagnose.detectors.spec import DATA_SET_OBJECTIVES, Detector
 
 DETECTOR = Detector(
     id='train-val-overlap',
@@ -19,7 +19,7 @@ train_idx, val_idx = perm[:n_train], perm[n_train:]       # disjoint index sets
               ' masks (loss on out[idx_train], evaluation on out[idx_val]), the evaluated output rows vs the rows'
               ' the training loss uses; never an evaluation over the training loader itself (a training accuracy '
               'asked for by name)'),
-    applies_to=ALL_OBJECTIVES,
+    applies_to=DATA_SET_OBJECTIVES,
     harm=('Wrong whatever happens: the validation metric counts samples the model was trained on, so it overstates '
           'how the model does on new data. Under 10% identical rows is an info hint: a correct split of data with '
           'duplicate records gives that, and new data repeats them too.'),
