@@ -73,6 +73,7 @@ class ModelHooks:
         self._local_ids: set[int] = set()  # every module of the models (local mode watches only those)
         self._not_roots: set[int] = set()
         self.unregistered: dict[int, dict] = {}
+        self.called: set[int] = set()  # modules seen running in a forward with gradients (deep steps)
         self.relu: dict[Any, dict] = {}
         self.bn_batches: list[int] = []
         self.bn_counts: dict[int, dict] = {}  # id(BatchNorm) -> its name and (batch, values per channel) per forward
@@ -140,6 +141,7 @@ class ModelHooks:
 
     def _mod_pre_impl(self, module: nn.Module, args: tuple) -> None:
         stack = self.stack
+        self.called.add(id(module))
         if not stack:
             mid = id(module)
             if self.w.global_mode and mid not in self.roots and next(module.parameters(), None) is not None:

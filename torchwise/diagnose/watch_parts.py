@@ -125,6 +125,7 @@ class ModelsView(Protocol):
     """ModelHooks (model_hooks.py) as the other parts see it."""
     roots: dict[int, RootInfo]
     stack: list[nn.Module]
+    called: set[int]                      # modules seen running in a forward with gradients (deep steps)
     pending_evalmode_train: str | None
     last_train_rows: int | None
     light_forward: bool                   # a model's forward in a light deep step is running

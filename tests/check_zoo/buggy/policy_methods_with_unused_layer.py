@@ -1,7 +1,8 @@
 # expect: no-gradient-flow
 """An actor-critic whose forward() is never used: act() and evaluate() call its heads directly, as many PPO
 programs do. Its constructor also builds a layer that no method ever calls, so the optimizer holds parameters
-that never receive a gradient."""
+that never receive a gradient. That layer changes nothing the policy computes, so it is an info hint (a layer
+that runs in the forward and gets no gradient is the warning: detached_features.py)."""
 import torch
 import torch.nn as nn
 from torch.distributions import Categorical

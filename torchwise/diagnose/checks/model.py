@@ -161,20 +161,42 @@ def _no_gradient_flow(w) -> list[Finding]:
                                        "between backward() and step(), or the loss is cut from the model.",
                                evidence={"steps_without_gradients": len(all_missing), "steps_checked": len(ev)}))
         elif len(partial) >= 0.8 * len(ev):
-            owned = {pid for info in w.models.roots.values() for pid in info.param_names}
-            ids = set.intersection(*(e["ids"] for e in partial)) & owned  # not: params left behind by a replaced layer
-            names = []
-            for info in w.models.roots.values():
-                names += [info.label + "." + n for pid, n in info.param_names.items() if pid in ids]
-            if ids:
-                out.append(Finding("no-gradient-flow", where=w.optim_steps.step_where, severity="warning",
-                                   message=f"{len(ids)} of {partial[-1]['total']} parameter tensors never receive a "
-                                           f"gradient ({len(partial)} checked steps): "
-                                           f"{', '.join(names[:6]) or 'unnamed'}{' ...' if len(names) > 6 else ''}. "
-                                           "The graph is cut before them (.detach(), .item(), .numpy(), .data, "
-                                           "torch.tensor(...)) or they are unused.",
-                                   evidence={"parameters": names[:20], "count": len(ids)}))
+            out += _params_without_gradient(w, partial)
     return out
+
+
+def _params_without_gradient(w, partial: list[dict]) -> list[Finding]:
+    """Parameters without a gradient at every checked step: a warning for those of layers that ran in a forward
+    (the graph is cut before them: they should learn and do not); an info hint when none of their layers ran
+    (a layer built and never called: a leftover, which harms nothing but memory and DDP's unused-parameter check)."""
+    owned = {pid for info in w.models.roots.values() for pid in info.param_names}
+    ids = set.intersection(*(e["ids"] for e in partial)) & owned  # not: params left behind by a replaced layer
+    used, unused = [], []
+    for info in w.models.roots.values():
+        ran = {name for mid, name in info.names.items() if mid in w.models.called}
+        for pid, name in info.param_names.items():
+            if pid in ids:
+                (used if name.rpartition(".")[0] in ran else unused).append(info.label + "." + name)
+    if not used and not unused:
+        return []
+    names = used or unused
+    listed = f"{', '.join(names[:6])}{' ...' if len(names) > 6 else ''}"
+    if used:
+        return [Finding("no-gradient-flow", where=w.optim_steps.step_where, severity="warning",
+                        message=f"{len(used)} of {partial[-1]['total']} parameter tensors of layers that ran in the "
+                                f"forward never receive a gradient ({len(partial)} checked steps): {listed}. The graph "
+                                "is cut before them (.detach(), .item(), .numpy(), .data, torch.tensor(...)).",
+                        evidence={"parameters": names[:20], "count": len(used), "unused_layers_params": len(unused)})]
+    return [Finding("no-gradient-flow", where=w.optim_steps.step_where, severity="info",
+                    maybe_fine=_UNUSED_LAYERS,
+                    message=f"{len(unused)} of {partial[-1]['total']} parameter tensors never receive a gradient "
+                            f"({len(partial)} checked steps), and their layers never ran in a forward: {listed}.",
+                    evidence={"parameters": names[:20], "count": len(unused)})]
+
+
+_UNUSED_LAYERS = ("Layers that are built but never called (a leftover, a backbone kept beside the copy that is used) "
+                  "change nothing the model computes; they cost memory, and DistributedDataParallel needs "
+                  "find_unused_parameters=True for them. If a layer should be used, call it in forward.")
 
 
 def _loss_retains_graph(w) -> list[Finding]:

@@ -20,8 +20,9 @@ optimizer.zero_grad()              # clear after step() (or before forward), nev
     maybe_fine=(""),
     evidence=('optimizer parameters whose .grad is None at every checked step()'),
     applies_to=ALL_OBJECTIVES,
-    harm=('Wrong whatever happens: optimizer parameters never receive a gradient at any checked step, so they never'
-          ' change.'),
+    harm=('Wrong whatever happens: optimizer parameters of layers that run in the forward never receive a gradient '
+          'at any checked step, so they never change. Parameters of layers that never run (a leftover layer) change '
+          'nothing the model computes: an info hint.'),
     explains=('loss-not-decreasing',),
     decided_in='checks/model.py',
 )
