@@ -88,8 +88,7 @@ def _run_of_checkpoint(path: Path) -> tuple[Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchwise.data.tasks import eval_task
-    from torchwise.models import model_from_run
+    from torchwise.train.state import run_lock
 
     if args.checkpoint:
         run_dir, weights = _run_of_checkpoint(Path(args.checkpoint))
@@ -98,6 +97,16 @@ def run(args: argparse.Namespace) -> int:
         if not run_dir.is_dir():
             raise TorchwiseError("The run directory does not exist.", values={"run": str(run_dir)},
                                  fix="pass the --out directory of a `torchwise train` run")
+    out = Path(args.json) if args.json else run_dir / "eval.json"
+    # writing into the run folder: one writer at a time (not while a run, or another eval, writes there)
+    with run_lock.claim_if_inside(run_dir, out):
+        return _evaluate(args, run_dir, weights, out)
+
+
+def _evaluate(args: argparse.Namespace, run_dir: Path, weights: Path | None, out: Path) -> int:
+    from torchwise.data.tasks import eval_task
+    from torchwise.models import model_from_run
+
     model, meta = model_from_run(run_dir, weights)
     task = eval_task(run_dir, meta, args.data)
     outputs, targets = predict(model, task.val, batch_size=args.batch_size, device=args.device)
@@ -114,7 +123,6 @@ def run(args: argparse.Namespace) -> int:
         if task.summary.get(key):
             print(f"{key.replace('_', ' ')}: {task.summary[key]} row(s)")
     print(format_table(result))
-    out = Path(args.json) if args.json else run_dir / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {out}")

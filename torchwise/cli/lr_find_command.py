@@ -30,6 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from torchwise.train.state import run_lock
+
+    config = train_cli.resolve_config(args)
+    out = Path(config.output.dir or "lr_find")
+    # it writes lr_find.* (and, with --apply, config.yaml) into --out, which may be a run folder: one writer
+    with run_lock.claim(out):
+        return _sweep(args, config, out)
+
+
+def _sweep(args: argparse.Namespace, config, out: Path) -> int:
     import torch
 
     from torchwise.data.tasks import prepare_task
@@ -38,8 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from torchwise.train.recipes.lr_find import run_lr_find
     from torchwise.train.state.reproducibility import seed_everything
 
-    config = train_cli.resolve_config(args)
-    out = Path(config.output.dir or "lr_find")
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     task = prepare_task(config, None)

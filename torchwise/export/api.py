@@ -205,11 +205,23 @@ def export_run(path: str | Path, out_dir: str | Path | None = None, *, formats: 
                opset: int | None = None, torchscript_method: str = "auto", atol: float = DEFAULT_ATOL,
                rtol: float = DEFAULT_RTOL, log: Callable[[str], None] | None = print) -> ExportSummary:
     """Export a run directory (final weights) or a checkpoint, verified; default out_dir: RUN/export."""
-    say = log or (lambda _msg: None)
+    from torchwise.train.state.run_lock import claim_if_inside
+
     path = Path(path)
-    model, meta, source = load_for_export(path)
     run_dir = find_run_dir(path if path.is_dir() else path.parent)
     out = Path(out_dir) if out_dir else (run_dir or path.parent) / "export"
+    # writing into the run folder (its export/): one writer at a time, not while a run writes there
+    with claim_if_inside(run_dir, out):
+        return _export_run(path, run_dir, out, formats=formats, data=data, real_inputs=real_inputs,
+                           dynamic_spatial=dynamic_spatial, opset=opset, torchscript_method=torchscript_method,
+                           atol=atol, rtol=rtol, log=log)
+
+
+def _export_run(path: Path, run_dir: Path | None, out: Path, *, formats: str | Sequence[str], data: Any,
+                real_inputs: Any, dynamic_spatial: bool, opset: int | None, torchscript_method: str, atol: float,
+                rtol: float, log: Callable[[str], None] | None) -> ExportSummary:
+    say = log or (lambda _msg: None)
+    model, meta, source = load_for_export(path)
     say(f"exporting {source}: {type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} parameters")
     if real_inputs is None:
         real_inputs, note = real_inputs_for(meta, data, run_dir)

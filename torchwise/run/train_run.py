@@ -5,6 +5,8 @@ check has passed and the checkpoint, on resume, is loaded: before the first trai
 interrupted run can still be evaluated), and from the Trainer metrics.csv, tb/, checkpoints/ and
 final/; then eval.json and report.html. A refused run changes nothing on disk: every check (the
 run directory, the run already there, the settings, the model name, the data) runs first.
+One writer per run folder: rank 0 holds the folder's lock (train/state/run_lock.py) from before the
+run already there is checked to the end of the run; a second command on the folder is refused.
 """
 from __future__ import annotations
 
@@ -31,8 +33,7 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
 
     `on_trainer(trainer)` is called before training starts (e.g. `torchwise tune` registers its
     evaluation callback there)."""
-    from torchwise import files
-    from torchwise.train.state import checkpoint as ckpt
+    from torchwise.train.distributed.process_group import decide_on_main
 
     if not config.output.dir:
         raise TorchwiseError("No run directory given.", values={"output.dir": None},
@@ -44,10 +45,38 @@ def train_run(config, *, log=print, on_trainer=None) -> dict[str, Any]:
     main = dist_env.is_main
     if not main:
         log = lambda *_args, **_kwargs: None  # noqa: E731
-    if main:
-        check_out_apart_from_data(run_dir, config.data.path)
-        check_out_dir(run_dir)
+    # Rank 0 takes the run folder's lock for the whole run (one writer per run folder), then checks the
+    # folder under it; a refusal ends every rank of the group with the same error.
+    claim = decide_on_main(lambda: _claim_run_dir(config, run_dir), dist_env)
+    try:
+        return _train_claimed(config, run_dir, dist_env, log, on_trainer)
+    finally:
+        if claim is not None:  # also on errors and Ctrl-C (a killed process's lock ends with it)
+            claim.release()
+
+
+def _claim_run_dir(config, run_dir: Path):
+    """Rank 0: --out checked, its lock taken, then the run there checked (under the lock, so that a second
+    command cannot pass the same check meanwhile). Returns the claim to release."""
+    from torchwise.train.state import run_lock
+
+    check_out_apart_from_data(run_dir, config.data.path)
+    check_out_dir(run_dir)
+    claim = run_lock.claim(run_dir)
+    try:
         check_run_dir(run_dir, config.train.resume)
+    except BaseException:
+        claim.release()
+        raise
+    return claim
+
+
+def _train_claimed(config, run_dir: Path, dist_env, log, on_trainer) -> dict[str, Any]:
+    """The run once the folder is this command's: settings planned, checked, trained."""
+    from torchwise import files
+    from torchwise.train.state import checkpoint as ckpt
+
+    main = dist_env.is_main
     if config.train.resume:  # every rank, so that all train with the same settings (only reads files)
         checkpoint = ckpt.find_resume_checkpoint(True, run_dir, warn=None)  # the Trainer warns, once
         config = plan_resume(config, run_dir, checkpoint, log)

@@ -117,8 +117,9 @@ class RunSetup:
         """Everything fit() needs; returns the checkpoint resumed from, if any. Long because it is the
         one ordered list of the run's parts (each step needs the ones before it), said once."""
         run, cfg = self.run, self.run.config
-        self.done = True
         run.dist, device = distributed.setup(run.device_arg, cfg.dist_timeout_s)
+        run.files.claim_out_dir()  # before anything is written into out_dir (the rank is known from here on)
+        self.done = True  # (after the claim: a refused fit() may be called again, as the first stage)
         if run.dist.enabled:
             run.device_arg = device
         # Each rank draws its own dropout masks; the data order does not depend on this seed.
@@ -167,6 +168,7 @@ class RunSetup:
                               values={"strategy": cfg.strategy},
                               fix="Use strategy='ddp', or a new Trainer for the next stage (initialised from this "
                                   "run's weights).")
+        run.files.claim_out_dir()  # released when the previous fit() returned
         if run.dist.enabled:  # DDP knows the parameters that were trainable when it was built
             self.train_model = distributed.wrap_model(run.model, run.dist, self.device, cfg.strategy)
             if "compile" in self.fast_plan.on:

@@ -269,6 +269,7 @@ class Trainer:
             raise
         finally:
             switches.restore()
+            self.files.release_out_dir()  # the run folder's lock, taken by the set-up (train/state/run_lock.py)
 
     def _fit(self, stage: int) -> FitResult:
         # The loop on one screen: the order of steps, evaluations and saves reads at once

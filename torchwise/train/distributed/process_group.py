@@ -12,7 +12,7 @@ import datetime
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -118,6 +118,24 @@ def gather_objects(obj: Any, env: DistEnv) -> list[Any]:
     out: list[Any] = [None] * env.world_size
     _collective(dist.all_gather_object, out, obj)
     return out
+
+
+def decide_on_main(decide: Callable[[], Any], env: DistEnv) -> Any:
+    """`decide()` on rank 0 alone (its result there, None elsewhere). A TorchwiseError it raises is raised on
+    every rank: each ends with the same clear error, instead of waiting in its next collective for a rank
+    that has left (used for what only rank 0 may do: take the run folder's lock, check the folder)."""
+    result, refusal = None, None
+    if env.is_main:
+        try:
+            result = decide()
+        except TorchwiseError as exc:
+            refusal = exc
+    if env.enabled:
+        shared = gather_objects(refusal, env)[0]
+        refusal = refusal if env.is_main else shared
+    if refusal is not None:
+        raise refusal
+    return result
 
 
 def barrier(env: DistEnv) -> None:

@@ -24,7 +24,8 @@ from torchwise.errors import ConfigError, TorchwiseError
 from torchwise import files
 from torchwise.train.state import checkpoint as ckpt
 from torchwise.train.recipes.ema import EMA
-from torchwise.train.distributed.process_group import barrier, gather_objects, sum_across
+from torchwise.train.distributed.process_group import barrier, decide_on_main, gather_objects, sum_across
+from torchwise.train.state import run_lock
 from torchwise.train.state.reproducibility import capture_rng_state, restore_rng_state, seed_everything
 from torchwise.train.distributed.sharding import full_state_dict, is_sharded, load_sharded, save_sharded
 from torchwise.weights import apply_state_dict, model_state_dict, save_state_dict
@@ -72,6 +73,7 @@ class RunFiles:
         self.best_state: dict[str, torch.Tensor] | None = None  # early stopping's restore_best, in memory
         self.components: dict[str, Stateful] = {}
         self.callbacks: dict[str, Stateful] = {}
+        self.claim: run_lock.Claim | None = None  # out_dir's lock while fit() runs (rank 0)
 
     # ------------------------------------------------------------------ settings
     @property
@@ -98,6 +100,18 @@ class RunFiles:
             name = f"{base}-{n}"
         self.callbacks[name] = callback
         return name
+
+    def claim_out_dir(self) -> None:
+        """One writer per run folder (run_lock.py): rank 0 takes out_dir's lock for this fit() before anything is
+        written there (kept when its caller, `torchwise train`, holds it already); a refusal ends every rank."""
+        if self.out_dir is not None and self.claim is None:
+            self.claim = decide_on_main(lambda: run_lock.claim(self.out_dir), self.run.dist)
+
+    def release_out_dir(self) -> None:
+        """At the end of fit(), however it ends."""
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
 
     def due(self, step: int, *, epoch_end: bool) -> bool:
         """A checkpoint is due every checkpoint_every steps, or at each epoch's end without it."""
