@@ -47,9 +47,12 @@ def _per_batch_scheduler(rec, stopped: bool = False) -> Finding | None:
     every batch ends with the run, as meant; StepLR(step_size=30) with 1000 batches an epoch is spent
     within the first epoch."""
     busiest = max(rec.per_pass, key=rec.per_pass.get, default=None)
-    if busiest is None or rec.per_pass[busiest] < 3:
-        return None  # once per epoch (or twice in a short one) is what these schedulers expect
+    if busiest is None:
+        return None
     batches = rec.pass_len.get(busiest, 0)
+    if rec.per_pass[busiest] < 3 and not (rec.per_pass[busiest] >= 2 and rec.per_pass[busiest] >= batches):
+        return None  # once per epoch (or twice in a long one) is what these schedulers expect; on every batch of
+        #              a 2-batch epoch it is per batch all the same
     horizon = "-" if rec.horizon is None else f"{rec.horizon:g}"
     evidence = {"scheduler": rec.kind, "steps in one epoch": rec.per_pass[busiest], "batches per epoch": batches,
                 "schedule length": horizon, "scheduler steps": rec.calls, "lr first": rec.lr_first,
