@@ -89,7 +89,14 @@ class Outcome:
     def broken(self) -> bool:
         if self.skipped:
             return False
-        return (self.plain_rc == 0 and self.check_rc not in (0, 1)) or self.output_changed
+        # 3 is "no training was seen, nothing judged": honest for a script that trains nothing (evolution
+        # strategies), broken where check stopped the script before its first step
+        return (self.plain_rc == 0 and self.check_rc not in (0, 1, 3)) or self.output_changed or (
+            self.check_rc == 3 and self.stopped)
+
+    @property
+    def not_judged(self) -> bool:
+        return not self.skipped and not self.broken and self.check_rc == 3
 
     @property
     def verdict(self) -> str:
@@ -97,6 +104,8 @@ class Outcome:
             return "skipped"
         if self.broken:
             return "BROKEN"
+        if self.not_judged:
+            return "not judged (no training seen)"
         if self.program.kind == "buggy":
             return "caught" if set(self.program.expect) <= set(self.warnings) else "MISSED"
         if self.warnings:
@@ -267,7 +276,7 @@ def totals(outcomes: list[Outcome], full: bool) -> dict:
         "programs": len(outcomes), "skipped": len(outcomes) - len(ran),
         "correct": len(correct), "correct_with_warning": sum(bool(o.warnings) for o in correct),
         "buggy": len(buggy), "buggy_caught": sum(o.verdict == "caught" for o in buggy),
-        "broken": sum(o.broken for o in ran),
+        "broken": sum(o.broken for o in ran), "not_judged": sum(o.not_judged for o in ran),
         "median_check_over_plain": ratios[len(ratios) // 2] if ratios else None,
         "slowdown_runs": len(ratios),  # programs check ran to their end: their times compare
     }
