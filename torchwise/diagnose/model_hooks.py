@@ -22,18 +22,8 @@ from torchwise.diagnose.user_code import is_user_file, user_where, where_defined
 from torchwise.diagnose.health import CheckerHealth
 from torchwise.diagnose.objective import Objectives
 from torchwise.diagnose.watch_parts import DeepView, InputsView, PassesView, RootInfo, StepsView
-from torchwise.models.structure import has_convolutions
+from torchwise.models.structure import behaves_by_mode, has_convolutions
 
-
-
-def _behaves_by_mode(m: nn.Module) -> bool:
-    """Whether model.train()/eval() changes what this layer computes: Dropout with p > 0, BatchNorm (and
-    InstanceNorm) that keeps running statistics. nn.Dropout(p=0.0), common in transformer configs, does not."""
-    if isinstance(m, nn.modules.dropout._DropoutNd):
-        return float(getattr(m, "p", 0.0)) > 0.0
-    if isinstance(m, nn.modules.batchnorm._NormBase):
-        return bool(getattr(m, "track_running_stats", True)) or isinstance(m, nn.modules.batchnorm._BatchNorm)
-    return False
 
 
 class ModelsWatcher(Protocol):
@@ -95,7 +85,7 @@ class ModelHooks:
         info = RootInfo(
             module=module, label=type(module).__name__, module_ids=set(names), names=names,
             param_names={id(p): n for n, p in module.named_parameters()},
-            has_mode_layers=any(_behaves_by_mode(m) for m in module.modules()),
+            has_mode_layers=any(behaves_by_mode(m) for m in module.modules()),
             has_conv=has_convolutions(module),
             lazy=any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters()),
         )

@@ -24,5 +24,5 @@ optimizer.zero_grad()              # clear after step() (or before forward), nev
           'at any checked step, so they never change. Parameters of layers that never run (a leftover layer) change '
           'nothing the model computes: an info hint.'),
     explains=('loss-not-decreasing',),
-    decided_in='checks/model.py',
+    decided_in='checks/grad_flow.py',
 )

@@ -15,7 +15,9 @@ self.blocks = nn.ModuleList([Block(d) for _ in range(n)])   # not [Block(d) for 
 self.heads = nn.ModuleDict({"a": nn.Linear(d, 2)})          # not {"a": nn.Linear(d, 2)}
 """,
     maybe_fine=(""),
-    evidence=("a module with parameters runs inside a model's forward but is not in model.modules()"),
+    evidence=("a module with parameters runs inside a model's forward but is not in model.modules(); not when the "
+              "model registers all of its parameters another way (an nn.ParameterList built from them) and it has "
+              "no layer that train()/eval() changes: then nothing is lost"),
     applies_to=ALL_OBJECTIVES,
     harm=('Wrong whatever happens: the layers run in forward() but are invisible to .parameters(), .to(), '
           'state_dict() and the optimizer, so they are never trained or saved.'),
