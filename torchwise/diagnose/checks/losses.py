@@ -22,6 +22,7 @@ import math
 import torch
 
 from torchwise.diagnose.catalog import CATALOG, Finding
+from torchwise.diagnose.checks import head_size
 from torchwise.diagnose.checks.followed import count_hit, decide_values_compared, note_train_rows
 
 _IGNORE_DEFAULT = -100
@@ -398,47 +399,13 @@ def _decide_labels(w) -> list[Finding]:
                                        f"occurs, while the model has {C} outputs (0..{C - 1}).",
                                evidence={"min_label": lo, "max_label": hi, "outputs": C, "labels_seen": c["n"]}))
         elif lo == 0 and contiguous and hi + 1 < C and not lm:
-            f = _classes_mismatch(c, counts, hi + 1, C)
+            f = head_size.classes_mismatch(c, counts, hi + 1, C)
             if f is not None:
                 out.append(f)
         if not lm:
-            out.extend(_imbalance_classes(c, counts, present, getattr(w, "class_names", None)))
-    out.extend(_imbalance_binary(w.loss_watch.bin))
+            out.extend(_imbalance_classes(c, counts, present, getattr(w, "class_names", None), steps=w.steps))
+    out.extend(_imbalance_binary(w.loss_watch.bin, steps=w.steps))
     return out
-
-
-def _classes_mismatch(c, counts, k: int, C: int) -> Finding | None:
-    """Labels 0..k-1 seen, C > k outputs: how likely is it that the C-k others are real classes that did not
-    come up yet? Were each of them even a tenth as common as the rarest class seen (frequency q), the
-    chance that none appeared among N labels is (1 - (C-k)*q)^N. It is not asked when the seen classes
-    have a long tail (Good-Turing: the share of labels whose class was seen once estimates the unseen
-    probability mass), nor when the largest label showed up only late (data ordered by label: the next
-    classes may follow), nor when every target is class 0: a target made by the loss, not read from data
-    (a contrastive loss, InfoNCE/NT-Xent/MoCo, puts the positive in column 0 of each row's logits)."""
-    if k == 1:
-        return None
-    N = c["n"]
-    seen = counts[:k]
-    rarest = min(seen)
-    singletons = sum(1 for x in seen if x == 1)
-    if singletons / N >= 0.01 or c.get("max_label_batch", 0) > 0.5 * c["batches"]:
-        return None
-    q = rarest / (10 * N)
-    mass = (C - k) * q
-    log10_p = -math.inf if mass >= 1 else N * math.log1p(-mass) / math.log(10)
-    if log10_p > -6:
-        return None
-    if log10_p == -math.inf:
-        chance = (f"is nil: {C - k} classes that common would take up more than all the labels")
-    else:
-        chance = f"is about 1e{math.floor(log10_p)}" if log10_p > -300 else "is below 1e-300"
-    return Finding("output-classes-mismatch", where=c["where"],
-                   message=f"The model has {C} outputs, but over {N} labels only classes 0..{k - 1} occur ({k} "
-                           f"classes, the rarest {rarest} times): {C - k} outputs never see an example. Were they "
-                           f"real classes even a tenth as common as the rarest one seen, the chance that none of "
-                           f"them appeared in {N} labels {chance}.",
-                   evidence={"outputs": C, "classes_seen": k, "labels_seen": N, "rarest_class_count": rarest,
-                             "log10_chance_extra_classes_unseen": None if log10_p == -math.inf else round(log10_p, 1)})
 
 
 def class_label(index: int, names) -> str:
@@ -448,7 +415,7 @@ def class_label(index: int, names) -> str:
     return f"class {index}"
 
 
-def _imbalance_classes(c, counts, present, names=None) -> list[Finding]:
+def _imbalance_classes(c, counts, present, names=None, steps: int = 0) -> list[Finding]:
     present_counts = [counts[i] for i in present]
     if len(present) < 2 or c["weighted"] or max(present_counts) < 10 * min(present_counts):
         return []
@@ -463,10 +430,13 @@ def _imbalance_classes(c, counts, present, names=None) -> list[Finding]:
     evidence = {"counts": counts, "labels_seen": c["n"]}
     if names and len(names) == len(counts):
         evidence["counts_by_class"] = dict(zip(map(str, names), counts))
-    return [_imbalance_finding(c["where"], msg, evidence, class_label(small, names), said, had, len(recent))]
+    return [_imbalance_finding(c["where"], msg, evidence, class_label(small, names), said, had, len(recent), steps)]
 
 
-def _imbalance_binary(b) -> list[Finding]:
+IMBALANCE_SETTLED_STEPS = 50  # the first tens of steps: where every model starts, predicting the common class
+
+
+def _imbalance_binary(b, steps: int = 0) -> list[Finding]:
     tot = b["pos"] + b["neg"]
     if tot < 100 or b["weighted"] or min(b["pos"], b["neg"]) == 0 or \
             max(b["pos"], b["neg"]) < 10 * min(b["pos"], b["neg"]):
@@ -478,15 +448,17 @@ def _imbalance_binary(b) -> list[Finding]:
     said = sum(r[0] if minority_pos else r[1] for r in recent)
     had = sum(r[2] if minority_pos else r[3] for r in recent)
     return [_imbalance_finding(b["where"], msg, {"positives": b["pos"], "negatives": b["neg"]},
-                               "the positive class" if minority_pos else "the negative class", said, had, len(recent))]
+                               "the positive class" if minority_pos else "the negative class", said, had, len(recent),
+                               steps)]
 
 
-def _imbalance_finding(where, msg, evidence, rare: str, said: int, had: int, calls: int) -> Finding:
+def _imbalance_finding(where, msg, evidence, rare: str, said: int, had: int, calls: int, steps: int) -> Finding:
     """A warning when the model is seen to ignore the rare class (it predicts it for none of its samples in the
-    last checked batches: the failure class weights prevent); otherwise an info hint, since an unweighted
-    loss on imbalanced data is often what the task wants."""
+    last checked batches: the failure class weights prevent) after IMBALANCE_SETTLED_STEPS steps; otherwise an info
+    hint, since an unweighted loss on imbalanced data is often what the task wants, and in its first tens of steps
+    any model predicts the common class (that is where training starts, not what it learned)."""
     evidence = evidence | {"rare_class_predicted_recently": said, "rare_class_samples_recently": had}
-    if calls >= 3 and had >= 5 and said == 0:
+    if calls >= 3 and had >= 5 and said == 0 and steps >= IMBALANCE_SETTLED_STEPS:
         return Finding("label-imbalance", where=where,
                        message=msg + f" In the last {calls} checked batches the model predicted {rare} for none of "
                                      f"its {had} samples: it has learned to ignore it.",
