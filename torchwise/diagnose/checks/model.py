@@ -8,6 +8,7 @@ import torch
 
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks import grad_flow, graph_uses, step_record
+from torchwise.diagnose.checks.step_record import SHORT_RUN_VALUES
 from torchwise.diagnose.checks.symmetry import decide_symmetry
 from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 
@@ -331,11 +332,6 @@ def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
                                         short_run=cs["n"] < SHORT_RUN_VALUES))
         break
     return found, ("; ".join(reasons) if reasons and not found else None)
-
-
-# a whole run of fewer loss values than this is too short to tell no progress from a slow start: plain SGD at a
-# small learning rate sits at chance for its first tens of steps on a working setup (MNIST at lr 0.01)
-SHORT_RUN_VALUES = 100
 
 
 def _flat_loss_finding(w, cs: dict, label: str | None, best_drop: float, clear: bool, cut_short: bool,

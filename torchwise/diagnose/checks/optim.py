@@ -7,7 +7,7 @@ import torch
 
 from torchwise.diagnose.catalog import Finding
 from torchwise.diagnose.checks.accumulation import decide_accumulation
-from torchwise.diagnose.checks.step_record import TYPICAL_LR, adversarial_pair, jstate, median, opt_kind
+from torchwise.diagnose.checks.step_record import SHORT_RUN_VALUES, TYPICAL_LR, adversarial_pair, jstate, median, opt_kind
 from torchwise.diagnose.checks.symmetry import inspect_symmetry
 from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
 
@@ -193,11 +193,36 @@ def decide(w, ls: dict) -> list[Finding]:
     low = _lr_too_low(w, ls, ev)
     recs = _gradient_records(w, ls)
     exploding = _exploding_gradients(w, ls, recs, ev, lr_high=bool(high))
-    out += high + low + exploding + _vanishing_gradients(w, recs, ev["kinds"])
+    vanishing = _vanishing_gradients(w, recs, ev["kinds"])
+    _hints_without_harm(ls, ev, high, low)
+    out += high + low + exploding + vanishing
     w.lr_flags = {"high": bool(high), "low": bool(low), "exploding": bool(exploding)}
     out.extend(decide_accumulation(w))
     out.extend(_decide_autocast(w))
     return out
+
+
+def _hints_without_harm(ls: dict, ev: dict, high: list[Finding], low: list[Finding]) -> None:
+    """Update-size verdicts need the harm in this run: a loss that diverges or goes non-finite (lr-too-high), or
+    one that stays flat over a run long enough to tell (SHORT_RUN_VALUES) and does not go down. Without it each is
+    an info hint saying why it may be fine."""
+    n, first, last = ls.get("n", 0), ls.get("first"), ls.get("last")
+    fell = first is not None and last is not None and (last < 0.98 * first or ls.get("learned"))
+    short = n < SHORT_RUN_VALUES
+    for f in high:
+        if not (ev["diverged"] or ev["went_bad"]) and (short or fell):
+            f.severity, f.maybe_fine = "info", _NO_HARM_HIGH.format(n=n) if short else _LOSS_FELL
+    for f in low:
+        if short:
+            f.severity, f.maybe_fine = "info", _SHORT.format(n=n)
+
+
+_SHORT = ("The whole run made {n} loss values: a slow start (a fine-tuning learning rate, a warm-up, plain SGD at a "
+          "small rate) looks the same over that few steps; a longer run tells them apart.")
+_NO_HARM_HIGH = ("The whole run made {n} loss values and the loss neither diverged nor became non-finite: large "
+                 "early updates (a warm-up, a perturbation step such as SAM's, weights that start near zero) need not "
+                 "harm; a longer run tells.")
+_LOSS_FELL = "The loss goes down in this run, so the update sizes are not holding training back."
 
 
 def _missing_zero_grad(w) -> list[Finding]:
@@ -313,12 +338,27 @@ def _vanishing_gradients(w, recs: list[dict], kinds: set) -> list[Finding]:
                 f"the first layer's gradients are {q:.1e} times the last layer's (relative to their weights), "
                 "but the optimizer normalises each weight's gradient, so that alone does not stop it learning")
         elif q < 1e-3:
+            normalised = _has_normalisation(w)
             out.append(Finding("vanishing-gradients", where=w.optim_steps.step_where,
+                               severity="info" if normalised else "", maybe_fine=_NORMALISED if normalised else "",
                                message=f"Relative to their weights, the first layer's gradients are {q:.2e} times "
                                        f"those of the last layer (median over {len(deep)} steps, "
                                        f"{deep[0]['n_mats']} weight matrices).",
                                evidence={"first_to_last_ratio": q, "layers": deep[0]["n_mats"]}))
     return out
+
+
+def _has_normalisation(w) -> bool:
+    """Whether a watched model normalises its activations (BatchNorm, LayerNorm, GroupNorm...): a weight followed by
+    one is scale-invariant, so its gradient relative to its size says nothing about how much the layer learns."""
+    from torch import nn
+    norms = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm)
+    return any(isinstance(m, norms) for info in w.models.roots.values() for m in info.module.modules())
+
+
+_NORMALISED = ("The model normalises its activations (BatchNorm, LayerNorm, GroupNorm): a weight followed by a "
+               "normalisation layer is scale-invariant, so a small gradient relative to its size is not a sign that "
+               "the layer stops learning (residual networks with normalisation train their first layers well).")
 
 
 # --------------------------------------------------------------------------- backward-in-autocast

@@ -19,6 +19,14 @@ def median(xs):
     return xs[len(xs) // 2] if xs else float("nan")
 
 
+# a whole run of fewer loss values than this is too short to tell no progress from a slow start: plain SGD at a
+# small learning rate sits at chance for its first tens of steps on a working setup (MNIST at lr 0.01), and a
+# fine-tuning rate (2e-5) moves a network's weights by little for as long. The verdicts read from the loss curve
+# or from update sizes (loss-not-decreasing, lr-too-low, lr-too-high without divergence, vanishing gradients) are
+# hints over fewer.
+SHORT_RUN_VALUES = 100
+
+
 def loss_summary(w) -> dict:
     vals = w.loss_values()
     finite = [v for v in vals if math.isfinite(v)]
