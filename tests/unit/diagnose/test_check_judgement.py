@@ -255,3 +255,65 @@ def test_console_scripts_are_never_the_line_a_finding_is_about_and_classes_are_n
     assert is_user_file(__file__)
     assert class_label(1, ["cat", "dog"]) == "class 1 ('dog')"
     assert class_label(1, None) == "class 1" and class_label(1, ["0", "1"]) == "class 1"
+
+
+_ADAM_TINY_LR = """
+import torch
+import torch.nn as nn
+torch.manual_seed(0)
+X = torch.randn(4096, 10)
+y = X @ torch.randn(10)
+model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.Adam(model.parameters(), lr=1e-7)
+for step in range(STEPS):
+    idx = torch.randint(0, len(y), (32,))
+    opt.zero_grad()
+    nn.functional.mse_loss(model(X[idx]).squeeze(-1), y[idx]).backward()
+    opt.step()
+"""
+
+
+def test_lr_too_low_needs_a_run_long_enough_to_show_the_stall(tmp_path):
+    """Tiny updates and a flat loss over 40 steps are what a warm-up or a fine-tuning rate looks like too: a hint;
+    over the zoo script's 189 steps (the same rate) the stall is the harm."""
+    path = tmp_path / "tiny_lr.py"
+    path.write_text(_ADAM_TINY_LR.replace("STEPS", "40"))
+    for script, severity in ((path, "info"), (ZOO / "buggy" / "adam_lr_too_low.py", "warning")):
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = run_script(str(script), [], max_steps=0)
+        low = [f.severity for f in result.findings if f.id == "lr-too-low"]
+        assert low == [severity], (script.name, [f.render() for f in result.findings])
+
+
+_DEEP_SIGMOID = """
+import torch
+import torch.nn as nn
+from sklearn.datasets import load_digits
+torch.manual_seed(0)
+X, y = load_digits(return_X_y=True)
+X, y = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
+layers = [nn.Linear(64, 64), nn.Sigmoid()]
+for _ in range(9):
+    layers += [nn.Linear(64, 64)] + ([nn.LayerNorm(64)] if NORM else []) + [nn.Sigmoid()]
+model = nn.Sequential(*layers, nn.Linear(64, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(150):
+    idx = torch.randint(0, len(y), (64,))
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(X[idx]), y[idx]).backward()
+    opt.step()
+"""
+
+
+def test_vanishing_gradients_is_a_hint_where_normalisation_makes_weights_scale_invariant(tmp_path):
+    """The first layer's gradient relative to its weights is tiny in a deep sigmoid stack; with LayerNorm after
+    each layer the weights are scale-invariant and that ratio no longer says the layer stops learning."""
+    seen = {}
+    for norm in (False, True):
+        path = tmp_path / f"sigmoid_{norm}.py"
+        path.write_text(_DEEP_SIGMOID.replace("NORM", str(norm)))
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = run_script(str(path), [], max_steps=0)
+        seen[norm] = [f.severity for f in result.findings if f.id == "vanishing-gradients"]
+    assert seen[False] == ["warning"], seen
+    assert seen[True] in ([], ["info"]), seen
