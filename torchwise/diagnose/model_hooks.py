@@ -112,6 +112,8 @@ class ModelHooks:
             frame = frame.f_back
         else:
             return
+        if frame is self._direct_frame:
+            return  # another layer of the forward already seen: its model is the root, and its forward counted
         if not any(m is part for m in owner.modules()) or next(owner.parameters(), None) is None:
             return
         if id(owner) not in self.roots:
