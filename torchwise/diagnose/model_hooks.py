@@ -193,7 +193,6 @@ class ModelHooks:
                     if self.deep.nonfinite_op is None and self.w.function_mode is not None:
                         self.deep.op_hunt = True  # the module made it: name its operation at the next forwards
 
-    # Hooks never break the user's program: a checker bug loses evidence, not the training run.
     def reset_stack(self) -> None:
         """Between steps no forward is running: a forward that raised (here or in another thread) left its layers."""
         self.stack.clear()
@@ -220,6 +219,7 @@ class ModelHooks:
                 self.elsewhere[tid] = depth - 1
         return True
 
+    # Hooks never break the user's program: a checker bug loses evidence, not the training run.
     def mod_pre(self, module, args):
         if compiling() or (not self.w.global_mode and id(module) not in self._local_ids) or self.concurrent(True):
             return

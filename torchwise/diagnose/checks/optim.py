@@ -191,12 +191,13 @@ def decide(w, ls: dict) -> list[Finding]:
     ev = _update_evidence(w, ls)
     high = _lr_too_high(w, ls, ev)
     low = _lr_too_low(w, ls, ev)
-    recs = _gradient_records(w, ls)
-    exploding = _exploding_gradients(w, ls, recs, ev, lr_high=bool(high))
-    vanishing = _vanishing_gradients(w, recs, ev["kinds"])
     _hints_without_harm(ls, ev, high, low)
+    recs = _gradient_records(w, ls)
+    exploding = _exploding_gradients(w, ls, recs, ev, lr_high=any(f.counts for f in high))
+    vanishing = _vanishing_gradients(w, recs, ev["kinds"])
     out += high + low + exploding + vanishing
-    w.lr_flags = {"high": bool(high), "low": bool(low), "exploding": bool(exploding)}
+    # (a hint explains nothing: the flags say which verdicts count)
+    w.lr_flags = {"high": any(f.counts for f in high), "low": any(f.counts for f in low), "exploding": bool(exploding)}
     out.extend(decide_accumulation(w))
     out.extend(_decide_autocast(w))
     return out
