@@ -317,3 +317,13 @@ def test_vanishing_gradients_is_a_hint_where_normalisation_makes_weights_scale_i
         seen[norm] = [f.severity for f in result.findings if f.id == "vanishing-gradients"]
     assert seen[False] == ["warning"], seen
     assert seen[True] in ([], ["info"]), seen
+
+
+def test_layers_built_inside_forward_are_named_as_such():
+    """Layers made anew at every forward are not 'kept in a list': the finding says they are built inside forward()
+    (held nowhere in the model, a new object of the same kind call after call), and the fix says where they belong."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = run_script(str(ZOO / "buggy" / "layer_built_inside_forward.py"), [])
+    f = next(f for f in result.findings if f.id == "unregistered-submodules")
+    assert f.evidence["built_in_forward"] is True and "built inside forward()" in f.message, f.render()
+    assert "__init__" in f.fix

@@ -110,12 +110,16 @@ def _unregistered_submodules(w) -> tuple[list[Finding], set[int]]:
             unreg_param_ids.update(id(p) for p in rec["ref"].parameters())
         n_params = sum(r["n_params"] for r in recs)
         kinds = sorted({r["module"] for r in recs})
+        # held nowhere in the model, and a new object of the same kind at forward after forward: built inside forward()
+        fresh = holder is None and max(sum(r["module"] == k for r in recs) for k in kinds) >= 2
+        how = (" - new objects at every call (built inside forward()), so their weights start random each time"
+               if fresh else f" - they are held in {holder}" if holder else "")
         out.append(Finding("unregistered-submodules", where=where_defined(type(root.module)),
                            message=f"{root.label}.forward calls {len(recs)} layer(s) ({', '.join(kinds)}; "
-                                   f"{n_params} parameters) that are not registered sub-modules"
-                                   f"{' - they are held in ' + holder if holder else ''}; model.parameters() does not "
-                                   "contain them, so they are never trained.",
-                           evidence={"layers": len(recs), "parameters": n_params, "held_in": holder}))
+                                   f"{n_params} parameters) that are not registered sub-modules{how}; "
+                                   "model.parameters() does not contain them, so they are never trained.",
+                           evidence={"layers": len(recs), "parameters": n_params, "held_in": holder,
+                                     "built_in_forward": fresh}))
     return out, unreg_param_ids
 
 
