@@ -50,7 +50,8 @@ def decide_all(w) -> list[Finding]:
             w.health.internal_error(f"detectors in checks/{name}.py", exc)
     if not w.objective.any_fixed():
         found = [f for f in found if REGISTRY[f.id].applies_to != FIXED_OBJECTIVES]
-    found = [f for f in found if _applies(REGISTRY[f.id], w)]
+    kinds = _run_kinds(w)
+    found = [f for f in found if _applies(REGISTRY[f.id], kinds)]
     found = _apply_harm(w, found)
     found = _drop_consequences(found)
     seen, unique = set(), []
@@ -85,12 +86,15 @@ def _run_level(det) -> bool:
     return det.applies_to not in (ALL_OBJECTIVES, LABELLED_TARGETS)
 
 
-def _applies(det, w) -> bool:
+def _run_kinds(w) -> set[str]:
+    """The objective kinds of the run's optimizers (none classified: unknown), worked out once per decision."""
+    return set(w.objective.kinds().values()) or {"unknown"}
+
+
+def _applies(det, kinds: set[str]) -> bool:
     """A detector judges a run only where some optimizer is trained on an objective it declares (none classified:
     unknown, where only the detectors of every objective judge)."""
-    if not _run_level(det):
-        return True
-    return bool(det.applies_to & (set(w.objective.kinds().values()) or {"unknown"}))
+    return not _run_level(det) or bool(det.applies_to & kinds)
 
 
 # Detectors that need an evaluation pass to judge anything.
@@ -119,8 +123,9 @@ def undecided(w) -> dict[str, str]:
         for det in REGISTRY.values():
             if det.applies_to == FIXED_OBJECTIVES and det.id != "cannot-overfit-batch":
                 out.setdefault(det.id, w.objective.not_judged())
+    kinds = _run_kinds(w)
     for det in REGISTRY.values():
-        if det.applies_to != FIXED_OBJECTIVES and not _applies(det, w):
+        if det.applies_to != FIXED_OBJECTIVES and not _applies(det, kinds):
             out.setdefault(det.id, w.objective.not_judged(", ".join(sorted(det.applies_to))))
     return out
 
