@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from torchwise.file_names import readable
+
 
 class TorchwiseError(Exception):
     """An error caused by the user's input or environment, with the fix attached."""
@@ -20,6 +22,7 @@ class TorchwiseError(Exception):
     def _render(self) -> str:
         lines = [self.what]
         for key, value in self.values.items():
+            value = readable(value)  # a file name that is not UTF-8 is shown as text, not as "\udce9"
             text = repr(value) if not isinstance(value, str) else value
             if len(text) > 500:
                 text = text[:500] + " ..."

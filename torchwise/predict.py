@@ -19,6 +19,7 @@ from torchwise.errors import TorchwiseError
 from torchwise.export.metadata import PREPROCESS_KEY, read_metadata
 from torchwise.export.preprocess import (collect_images, preprocess_csv, preprocess_image, preprocess_images,
                                          preprocess_readable)
+from torchwise.file_names import shown
 
 # The pre-processing is part of predict's API too: a caller checks what the model will see with
 # predict.preprocess_image(path, spec).
@@ -216,5 +217,5 @@ def write_results(results: Sequence[Mapping[str, Any]], path: str | Path) -> Pat
                              "; ".join(f"{p['class']} {p['probability']:.4f}" for p in preds), r.get("error", "")])
         text = buffer.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    path.write_text(shown(text), encoding="utf-8")  # an input named in Latin-1 is written readably, not a crash
     return path

@@ -7,6 +7,7 @@ subcommand is used, so `torchwise --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -131,6 +132,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     return parser, modules
 
 
+def _readable_console() -> None:
+    """A file name that is not UTF-8 (b"caf\\xe9.png") is printed as readable text ("café.png"), never
+    as raw bytes or a UnicodeEncodeError in the middle of a message."""
+    from torchwise.file_names import READABLE
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):  # a stream that is not a TextIOWrapper
+            stream.reconfigure(errors=READABLE)
+
+
 def main(argv: list[str] | None = None) -> int:
     from torchwise.errors import TorchwiseError
 
@@ -147,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 0
+    if args.command != "check":  # check's console is the user's script's: it is never changed
+        _readable_console()
     try:
         return int(importlib.import_module(modules[args.command]).run(args) or 0)
     except TorchwiseError as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from torchwise.errors import TorchwiseError
+from torchwise.file_names import shown
 
 # Compared in lower case: .JPG, .Png, ... count too.
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".bmp", ".gif", ".webp", ".tif", ".tiff",
@@ -151,8 +152,9 @@ def list_class_dirs(folder: Path, what: str) -> list[Path]:
 
 def class_name_of(path: Path) -> str:
     # macOS writes names decomposed (NFD), most other systems composed (NFC): "café" from a train/ folder
-    # made on one and a val/ folder made on the other is one class.
-    return unicodedata.normalize("NFC", path.name)
+    # made on one and a val/ folder made on the other is one class. A name that is not UTF-8 (a Latin-1
+    # "ni\xf1o" from an old archive) is read as Latin-1: class names go into reports, plots and JSON.
+    return unicodedata.normalize("NFC", shown(path.name))
 
 
 def unique_files(files: Sequence[tuple[str, int, str]], class_names: Sequence[str], skipped: list[tuple[str, str]]

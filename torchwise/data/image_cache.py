@@ -52,6 +52,7 @@ from typing import Any, Callable, Sequence
 
 from torchwise.data.cache_budget import ENV_DIR, default_root, human_bytes, resized_shape
 from torchwise.errors import TorchwiseError
+from torchwise.file_names import name_bytes
 
 # 2: pixels decoded by image_decode.to_standard (16-bit, float, alpha by their real scale); caches
 # built by version 1 saturated 16-bit images to white, so they are rebuilt, never reused.
@@ -234,9 +235,9 @@ def cache_key(paths: Sequence[str], *, mode: str, side: int) -> str:
     for path in sorted(os.path.abspath(p) for p in paths):
         try:
             st = os.stat(path)
-            digest.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+            digest.update(name_bytes(path) + f"|{st.st_size}|{st.st_mtime_ns}\n".encode())
         except OSError:
-            digest.update(f"{path}|missing\n".encode())
+            digest.update(name_bytes(path) + b"|missing\n")
     return digest.hexdigest()[:20]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from torchwise.files import write_text
+from torchwise.file_names import name_bytes
 
 # The statistics torchvision's ImageNet weights were trained with; used with --weights, because
 # a pretrained network expects its inputs normalized the way it was trained.
@@ -37,9 +38,9 @@ def fingerprint(paths: Sequence[str], settings: dict[str, Any]) -> str:
     for path in sorted(paths):
         try:
             stat = Path(path).stat()
-            digest.update(f"{path}|{stat.st_size}|{int(stat.st_mtime)}\n".encode())
+            digest.update(name_bytes(path) + f"|{stat.st_size}|{int(stat.st_mtime)}\n".encode())
         except OSError:
-            digest.update(f"{path}|missing\n".encode())
+            digest.update(name_bytes(path) + b"|missing\n")
     return digest.hexdigest()[:16]
 
 

@@ -427,7 +427,8 @@ def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[s
     sub = class_folders.find_subfolder(folder, class_folders.VAL_DIRS)
     folder = sub or folder
     class_dirs = class_folders.list_class_dirs(folder, "evaluation folder")
-    unknown = [p.name for p in class_dirs if p.name not in class_names]
+    names = {p: class_folders.class_name_of(p) for p in class_dirs}  # read as the training scan reads them
+    unknown = [names[p] for p in class_dirs if names[p] not in class_names]
     if unknown:
         raise TorchwiseError("The evaluation folder has classes the model was not trained on.",
                              values={"unknown": unknown, "trained classes": class_names},
@@ -439,7 +440,7 @@ def _labelled_images(folder: Path, class_names: list[str]) -> tuple[list[tuple[s
             if image is None:
                 skipped.append((str(path), reason or "unreadable"))
             else:
-                samples.append((str(path), class_names.index(class_dir.name)))
+                samples.append((str(path), class_names.index(names[class_dir])))
     if not samples:
         raise TorchwiseError("No readable images to evaluate.", values={"folder": str(folder),
                                                                        "skipped": len(skipped)},

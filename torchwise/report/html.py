@@ -11,6 +11,7 @@ import html
 from pathlib import Path
 from typing import Any, Sequence
 
+from torchwise.file_names import shown
 from torchwise.report import plots
 
 CSS = """
@@ -32,11 +33,11 @@ def data_uri(png: bytes) -> str:
 
 
 def _img(png: bytes | None, alt: str) -> str:
-    return "" if png is None else f'<img src="{data_uri(png)}" alt="{html.escape(alt)}">'
+    return "" if png is None else f'<img src="{data_uri(png)}" alt="{_esc(alt)}">'
 
 
 def _esc(value: Any) -> str:
-    return html.escape(str(value))
+    return html.escape(shown(value))  # a file name that is not UTF-8 is shown readably, never a crash
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
