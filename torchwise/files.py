@@ -4,15 +4,27 @@ The one owner of "how the package writes a file it must not lose" (checkpoints, 
 JSON and YAML, cached statistics): every layer above may use it, so it imports nothing of the package
 but the errors. A failed write says which file, the system's reason, the free space and the file size
 limit, instead of a traceback from inside a writer.
+
+It is also the one owner of "a file written in a run folder stays in it": a writer that names the run
+folder (`root=`) never follows a symbolic link out of it. An atomic write renames its temporary over the
+name (replacing a link there, never writing what it points to) and creates that temporary under a fresh
+random name with O_EXCL (a link placed beforehand cannot be its name); an append opens with O_NOFOLLOW;
+the folders between the run folder and the file are made one by one, each checked. A link that leads out
+is refused with an error naming it: `refuse_links_out` says so for the whole folder when a command takes
+it (train/state/run_lock.py's claim), before anything is written; the checks at each write are the same
+rule for a link placed while the run runs. The run folder itself may be a link (the user's choice of disk):
+"out of it" means out of where it resolves to.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from torchwise.errors import TorchwiseError
 
@@ -79,14 +91,25 @@ def is_write_failure(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_write_path(path: Path) -> Iterator[Path]:
+def atomic_write_path(path: Path, *, root: Path | None = None) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success fsync it and rename it over `path`.
 
+    The temporary is a new file under a random name (created exclusively: never a link or a file that was
+    there), so the writer opens a file of this process's own; the rename replaces whatever `path` is,
+    a symbolic link included, never what a link points to. With `root` (the run folder `path` lies in),
+    the folders between are checked and made as `confined` says.
     The file gets the usual mode from the umask (0644 under umask 022), whoever wrote it."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    path = Path(path)
+    tmp: Path | None = None
     try:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if root is not None:
+                confined(path, root)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
+            os.close(fd)
+            tmp = Path(name)
             yield tmp
             usual_mode(tmp)
             fsync_file(tmp)
@@ -100,10 +123,107 @@ def atomic_write_path(path: Path) -> Iterator[Path]:
                               "writable, and run again (a training run continues with --resume); the previous "
                               "version of the file is unchanged", **space_and_limit(path.parent)) from exc
     finally:
-        if tmp.is_dir():  # whatever the writer left there, a file or (it happens) a folder
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
+        if tmp is not None:
+            remove_tree(tmp)  # whatever the writer left there, a file or (it happens) a folder
+
+
+def remove_tree(path: Path) -> None:
+    """`path` gone, whatever it is: a link is unlinked (never what it points to), a folder removed with its files."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- writes that stay in the run folder
+
+
+def _inside(real: str, root_real: str) -> bool:
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def link_out_error(links: list[tuple[Path, str]], root: Path) -> TorchwiseError:
+    values: dict[str, Any] = {"run folder": f"{root} ({os.path.realpath(root)})"}
+    for link, target in links[:10]:
+        values[f"link {link}"] = f"points to {target}"
+    if len(links) > 10:
+        values["more links"] = str(len(links) - 10)
+    names = " ".join(str(link) for link, _ in links[:3]) + (" ..." if len(links) > 3 else "")
+    return TorchwiseError(
+        "The run folder holds a symbolic link that leads out of it; torchwise writes its files only inside the "
+        "run folder and never through such a link (it would overwrite what the link points to).",
+        values=values,
+        fix=f"remove the link (rm {names}: what it points to is left as it is) and run again, or choose another "
+            "run folder; to keep a run on another disk, make the run folder itself the link")
+
+
+def links_out(root: Path) -> list[tuple[Path, str]]:
+    """Every symbolic link under `root` (not followed: a linked folder is listed, not entered) that resolves
+    outside where `root` resolves, with its resolved target."""
+    root_real = os.path.realpath(root)
+    found = []
+    for folder, dirs, names in os.walk(root):
+        for name in sorted(dirs + names):
+            path = os.path.join(folder, name)
+            if os.path.islink(path) and not _inside(os.path.realpath(path), root_real):
+                found.append((Path(path), os.path.realpath(path)))
+    return found
+
+
+def refuse_links_out(root: Path) -> None:
+    """Refuse a run folder holding a link that leads out of it (each named), before anything is written."""
+    found = links_out(Path(root)) if os.path.isdir(root) else []
+    if found:
+        raise link_out_error(found, Path(root))
+
+
+def confined(path: Path, root: Path) -> Path:
+    """`path` (a file or folder inside the run folder `root`) made ready for writing without leaving `root`:
+    each folder between them is made where missing, and none may be a link that leads out; nor may `path`.
+    (A link that stays inside is followed; an atomic write replaces one at `path`, an append refuses it.)"""
+    path, root = Path(path), Path(root)
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(root))
+    except ValueError:
+        raise ValueError(f"{path} is not inside the run folder {root}") from None
+    root_real = os.path.realpath(root)
+    root.mkdir(parents=True, exist_ok=True)
+    current = root
+    for i, part in enumerate(rel.parts):
+        current = current / part
+        if os.path.islink(current) and not _inside(os.path.realpath(current), root_real):
+            raise link_out_error([(current, os.path.realpath(current))], root)
+        if i < len(rel.parts) - 1 and not os.path.lexists(current):
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another writer of the run
+                current.mkdir()
+    return path
+
+
+def make_folder(path: Path, root: Path) -> Path:
+    """The folder `path` inside the run folder `root`, made where missing, never through a link out of it."""
+    confined(path, root)
+    Path(path).mkdir(exist_ok=True)
+    return Path(path)
+
+
+def open_nofollow(path: Path, mode: str = "a", *, root: Path | None = None, newline: str | None = "") -> IO[str]:
+    """A text file opened to append ("a") or write afresh ("w") that is never a symbolic link (O_NOFOLLOW):
+    a link there, even one inside the run folder, is refused with an error naming it."""
+    path = confined(Path(path), root) if root is not None else Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TorchwiseError("A file torchwise writes in the run folder is a symbolic link; torchwise does not "
+                                 "write through it.", values={"link": str(path), "points to": os.path.realpath(path)},
+                                 fix=f"remove the link (rm {path}: what it points to is left as it is) and run "
+                                     "again") from None
+        raise write_error("Could not open a file of the run for writing.", path, exc,
+                          "check that the folder is writable and has free space, and run again",
+                          **space_and_limit(path.parent)) from exc
+    return os.fdopen(fd, mode, newline=newline, encoding="utf-8")
 
 
 def safetensors_errors() -> tuple[type[BaseException], ...]:
@@ -114,12 +234,13 @@ def safetensors_errors() -> tuple[type[BaseException], ...]:
     return (SafetensorError,)
 
 
-def write_text(path: Path, text: str) -> None:
-    """`path` holds `text` afterwards, or (after a crash or a full disk) what it held before."""
-    with atomic_write_path(Path(path)) as tmp:
+def write_text(path: Path, text: str, *, root: Path | None = None) -> None:
+    """`path` holds `text` afterwards, or (after a crash or a full disk) what it held before. With `root`,
+    the run folder `path` lies in: never written through a link out of it (see `confined`)."""
+    with atomic_write_path(Path(path), root=root) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_json(path: Path, data: Any) -> None:
-    """`data` as indented JSON, written atomically (see write_text)."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+def write_json(path: Path, data: Any, *, root: Path | None = None, **dumps: Any) -> None:
+    """`data` as indented JSON, written atomically (see write_text); `dumps`: json.dumps's own options."""
+    write_text(path, json.dumps(data, **{"indent": 2, "sort_keys": True, **dumps}) + "\n", root=root)

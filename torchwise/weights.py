@@ -159,10 +159,10 @@ def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, Any] |
 
 
 def save_state_dict(state: Mapping[str, torch.Tensor], path: str | Path,
-                    metadata: Mapping[str, Any] | None = None) -> Path:
+                    metadata: Mapping[str, Any] | None = None, *, root: str | Path | None = None) -> Path:
     """Write `state` as it is named (keys are renamed only by save_model, which knows the wrappers;
     loading fits a wrapped model's keys to the target). The file gets the umask's mode, like any
-    file the user writes."""
+    file the user writes. `root`: the run folder `path` lies in (never written through a link out of it)."""
     from safetensors.torch import save_file
 
     from torchwise.files import atomic_write_path
@@ -170,7 +170,7 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | Path,
     path = Path(path)
     meta = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    with atomic_write_path(path) as tmp:
+    with atomic_write_path(path, root=Path(root) if root is not None else None) as tmp:
         save_file(tensors, str(tmp), metadata=meta or None)
     return path
 

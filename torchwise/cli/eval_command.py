@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from torchwise import files
 from torchwise.errors import TorchwiseError
 # the one set of evaluation metrics: the run's report and `eval` use the same (torchwise/run/scores.py)
 from torchwise.run.scores import evaluate_outputs, worst_examples
@@ -123,7 +125,10 @@ def _evaluate(args: argparse.Namespace, run_dir: Path, weights: Path | None, out
         if task.summary.get(key):
             print(f"{key.replace('_', ' ')}: {task.summary[key]} row(s)")
     print(format_table(result))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    if Path(os.path.abspath(out)).is_relative_to(os.path.abspath(run_dir)):  # never through a link out of the run
+        files.write_text(out, json.dumps(result, indent=2), root=run_dir)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {out}")
     return 0

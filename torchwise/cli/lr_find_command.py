@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from torchwise import files
 from torchwise.cli import train_command as train_cli
 from torchwise.errors import TorchwiseError
 
@@ -56,18 +57,21 @@ def _sweep(args: argparse.Namespace, config, out: Path) -> int:
     trainer = make_trainer(config, task, model, None, task.meta())
     result = run_lr_find(trainer, plot=out / "lr_find.png", start_lr=args.start_lr, end_lr=args.end_lr,
                          num_steps=args.steps, rule=args.rule)
-    (out / "lr_find.json").write_text(json.dumps(result.to_dict(), indent=2))
+    files.write_text(out / "lr_find.json", json.dumps(result.to_dict(), indent=2), root=out)
     print(result.report())
     print(f"  curve: {out / 'lr_find.json'}")
     if args.apply:
-        path = apply_lr(config, result.suggested_lr, Path(args.config) if args.config else out / "config.yaml")
+        path = apply_lr(config, result.suggested_lr, Path(args.config) if args.config else out / "config.yaml",
+                        root=None if args.config else out)
         print(f"applied: train.lr = {result.suggested_lr:.3g} written to {path}; train with: "
               f"torchwise train --config {path}" + ("" if config.output.dir else " --out RUNDIR"))
     return 0
 
 
-def apply_lr(config, lr: float, path: Path) -> Path:
-    """Set train.lr in the YAML file at `path` (other keys kept); a new file gets the whole config."""
+def apply_lr(config, lr: float, path: Path, root: Path | None = None) -> Path:
+    """Set train.lr in the YAML file at `path` (other keys kept); a new file gets the whole config. `root`: the
+    run folder `path` lies in (written atomically, never through a link out of it); without one, the user's
+    own file is written where it is (a link of theirs followed, as they meant)."""
     import yaml
 
     lr = float(f"{lr:.3g}")
@@ -86,6 +90,9 @@ def apply_lr(config, lr: float, path: Path) -> Path:
     from torchwise import config as cfg
 
     cfg.from_dict(data)  # validate before writing
+    if root is not None:
+        files.write_text(path, yaml.safe_dump(data, sort_keys=False), root=root)
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

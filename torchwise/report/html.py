@@ -187,5 +187,7 @@ def write_report(run_dir: str | Path, *, title: str, summary: dict[str, Any], ev
             f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>"
             + "\n".join(sections) + "</body></html>\n")
     out = Path(path) if path else run_dir / "report.html"
-    out.write_text(page, encoding="utf-8")
+    from torchwise.files import write_text
+
+    write_text(out, page, root=None if path else run_dir)  # atomic, never through a link out of the run folder
     return out

@@ -108,5 +108,5 @@ def publish(staging: Path, run_dir: Path) -> None:
     from torchwise.files import atomic_write_path
 
     for path in sorted(staging.iterdir()):
-        with atomic_write_path(run_dir / path.name) as tmp:
+        with atomic_write_path(run_dir / path.name, root=run_dir) as tmp:
             tmp.write_bytes(path.read_bytes())

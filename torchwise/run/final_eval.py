@@ -17,7 +17,10 @@ def evaluate(trainer, task, meta: dict[str, Any], run_dir: Path, n_worst: int, w
     if task.problem == "classification":
         worst = worst_examples(outputs, targets, task.val_ids, task.class_names, n_worst)
     if write:
-        (run_dir / "eval.json").write_text(json.dumps({**evaluation, "worst": worst, "data": task.summary}, indent=2))
+        from torchwise.files import write_text
+
+        write_text(run_dir / "eval.json", json.dumps({**evaluation, "worst": worst, "data": task.summary}, indent=2),
+                   root=run_dir)
     return evaluation, worst
 
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from torchwise.errors import ConfigError
+from torchwise.files import write_text
 from torchwise.train.state import checkpoint as ckpt
 from torchwise.diagnose import shape_watch
 from torchwise.train.distributed import process_group as distributed
@@ -347,7 +348,8 @@ class RunSetup:
                 print(self.watcher.render(found), file=sys.stderr)
             out_dir = self.run.config.out_dir
             if out_dir is not None:  # clean runs too: the report says what was watched
-                (out_dir / "checks.json").write_text(json.dumps(self.watcher.report(found), indent=2, default=str))
+                write_text(out_dir / "checks.json", json.dumps(self.watcher.report(found), indent=2, default=str),
+                           root=out_dir)
         return [f.to_dict() for f in found]
 
     def build_optimizer(self) -> torch.optim.Optimizer:

@@ -129,8 +129,10 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
     say(f"trial {trial.number}: start  {shown}")
     reporter = _Reporter(trial, settings["metric"], settings["direction"])
     started = time.perf_counter()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_file = open(run_dir / "train.log", "w")
+    from torchwise import files
+
+    # the trial's run folder: its log opened without following a link (nor written through one out of it)
+    log_file = files.open_nofollow(run_dir / "train.log", "w", root=run_dir, newline=None)
 
     def log(*parts: Any) -> None:
         print(*parts, file=log_file, flush=True)
@@ -141,7 +143,7 @@ def run_trial(study, trial, settings: dict[str, Any], study_dir: Path, threads: 
         summary = run_training(config, reporter, log)
     except Exception as exc:  # noqa: BLE001 - any failure of one trial is recorded and the search goes on
         error = _describe_error(exc)
-        (run_dir / "error.txt").write_text(f"{exc}\n\n{traceback.format_exc()}")
+        files.write_text(run_dir / "error.txt", f"{exc}\n\n{traceback.format_exc()}", root=run_dir)
     finally:
         log_file.close()
     if error is not None:

@@ -86,19 +86,20 @@ def test_stats_cache_has_its_usual_bytes_and_mode(tmp_path):
     assert stats.cached_mean_std(tmp_path, "k", lambda: pytest.fail("recomputed")) == ([0.5], [0.25], True)
 
 
-def test_a_folder_where_the_temporary_goes_is_a_clear_error(tmp_path):
-    """A failure of another kind (the temporary file cannot even be created): still the old file, and an
-    error that names the file instead of a traceback from inside json."""
-    path = tmp_path / stats.STATS_FILE
+def test_a_temporary_that_cannot_be_created_is_a_clear_error(tmp_path):
+    """A failure of another kind (the temporary file cannot even be created: with its random suffix its name is
+    longer than the filesystem allows): still the old file, and an error that names the file instead of a
+    traceback. (A folder or a link at any name the temporary could take no longer blocks it: the temporary is
+    made under a fresh random name, exclusively; tests/unit/train/test_run_folder_links.py.)"""
+    from torchwise import files
+
+    path = tmp_path / ("s" * 240 + ".json")
     old = b'{"key": "old"}'
     path.write_bytes(old)
-    blocker = tmp_path / f".{path.name}.tmp-{os.getpid()}"
-    blocker.mkdir()
-    (blocker / "inside").write_text("x")
     with pytest.raises(TorchwiseError) as info:
-        stats.cached_mean_std(tmp_path, "new", lambda: ([0.5], [0.25]))
+        files.write_json(path, {"key": "new"})
     assert str(path) in str(info.value) and "free disk space" in str(info.value)
-    assert path.read_bytes() == old
+    assert path.read_bytes() == old and no_temporaries(tmp_path) == []
 
 
 def test_digits_are_written_whole_with_the_usual_mode(tmp_path):

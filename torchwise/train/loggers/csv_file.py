@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Any
 
+from torchwise import files
 from torchwise.train.loggers.protocol import RunInfo
 
 
@@ -21,32 +23,39 @@ class CsvLogger:
 
     def __init__(self) -> None:
         self.path: Path | None = None
+        self.root: Path | None = None  # the run folder: nothing is written through a link out of it
         self.columns: list[str] = []
 
     def start(self, run: RunInfo) -> None:
         if run.run_dir is None:
             return
-        self.path, self.columns = run.run_dir / "metrics.csv", list(run.columns)
-        run.run_dir.mkdir(parents=True, exist_ok=True)
+        self.root, self.path, self.columns = run.run_dir, run.run_dir / "metrics.csv", list(run.columns)
         if run.resume_step is not None and self.path.exists():
             self.truncate_after(run.resume_step, len(run.resume_rows) if run.resume_rows is not None else None)
         else:
-            with open(self.path, "w", newline="") as fh:
-                csv.writer(fh).writerow(self.columns)
+            self.rewrite([])
+
+    def rewrite(self, rows: list[dict[str, Any]]) -> None:
+        """The header and `rows`, replacing the file atomically (a link there is replaced, never written through)."""
+        assert self.path is not None
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        with files.atomic_write_path(self.path, root=self.root) as tmp:
+            tmp.write_bytes(text.getvalue().encode("utf-8"))
 
     def truncate_after(self, step: int, rows_known: int | None = None) -> None:
         assert self.path is not None
         with open(self.path, newline="") as fh:
             rows = [r for r in csv.DictReader(fh) if r.get("step") and int(r["step"]) <= step]
-        with open(self.path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows if rows_known is None else rows[:rows_known])
+        self.rewrite(rows if rows_known is None else rows[:rows_known])
 
     def log_metrics(self, row: dict[str, Any], step: int) -> None:
         if self.path is None:
             return
-        with open(self.path, "a", newline="") as fh:
+        # appended with O_NOFOLLOW: a link put in its place while the run runs is refused, never written through
+        with files.open_nofollow(self.path, "a", root=self.root) as fh:
             csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore").writerow(
                 {k: cell(row.get(k)) for k in self.columns})
 

@@ -46,6 +46,5 @@ def stored_run(run_dir: Path | None, filename: str) -> dict[str, Any]:
 def store_run(run_dir: Path | None, filename: str, data: dict[str, Any]) -> None:
     if run_dir is None:
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # atomic: a crash while it is written leaves the previous id, never half a file
-    write_text(run_dir / filename, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    # atomic: a crash while it is written leaves the previous id, never half a file (nor a file out of the run folder)
+    write_text(run_dir / filename, json.dumps(data, indent=2, sort_keys=True) + "\n", root=run_dir)

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from torchwise import files
 from torchwise.errors import TorchwiseError
 from torchwise.train.loggers.external import import_package, store_run, stored_run
 from torchwise.train.loggers.protocol import RunInfo, numbers_of
@@ -64,6 +65,7 @@ class MlflowLogger:
                                  "MLFLOW_TRACKING_URI is not set.", values={"out_dir": None},
                                  fix="Pass out_dir=... (the runs go to <out_dir>/mlruns), or set "
                                      "MLFLOW_TRACKING_URI, or drop 'mlflow' from loggers.")
+        files.confined(run.run_dir / "mlruns", run.run_dir)  # MLflow's own writes stay in the run folder
         return (run.run_dir.resolve() / "mlruns").as_uri()
 
     def resumed_run(self, run: RunInfo, uri: str) -> Any:

@@ -24,7 +24,9 @@ class TensorBoardLogger:
             print("torchwise: tensorboard is not installed; metrics go to metrics.csv only "
                   "(pip install tensorboard)", file=sys.stderr)
             return
-        run.run_dir.mkdir(parents=True, exist_ok=True)
+        from torchwise import files
+
+        files.make_folder(run.run_dir / "tb", run.run_dir)  # the event files: never through a link out of the run
         # purge_step: on resume, the events from the resumed step on (from the run that stopped) are hidden; from
         # the step after it when the checkpoint already holds that step's evaluation (it is not run again)
         purge = run.resume_step

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from torchwise import files
 from torchwise.train.loggers.external import import_package, store_run, stored_run
 from torchwise.train.loggers.protocol import RunInfo, numbers_of
 
@@ -33,6 +34,8 @@ class WandbLogger:
             run_id = generate_id()
         # kept before wandb starts: a run stopped during its start still resumes the same W&B run
         store_run(run.run_dir, RUN_FILE, {"id": run_id})
+        if run.run_dir is not None:  # W&B's own files go to RUN/wandb: not through a link out of the run folder
+            files.confined(run.run_dir / "wandb", run.run_dir)
         self.run = wandb.init(project=self.project or os.environ.get("WANDB_PROJECT") or "torchwise",
                               name=run.run_name, id=run_id, resume="allow", config=run.config,
                               dir=str(run.run_dir) if run.run_dir is not None else None,

@@ -108,7 +108,10 @@ class LRFindResult:
         ax.set_title(f"LR finder: suggested lr = {self.suggested_lr:.3g} ({self.rule})")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="best", fontsize=8)
-        fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
+        from torchwise import files
+
+        with files.atomic_write_path(path) as tmp:  # a link at `path` is replaced, never written through
+            fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
         plt.close(fig)
         self.plot_path = path
         return path

@@ -43,11 +43,13 @@ class StepProfiler:
         sort = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
         self.table = prof.key_averages().table(sort_by=sort, row_limit=15)
         if self.out_dir is not None:
-            folder = self.out_dir / "profile"
-            folder.mkdir(parents=True, exist_ok=True)
+            from torchwise import files
+
+            folder = self.out_dir / "profile"  # never written through a link out of the run folder
             self.trace = folder / "trace.json"
-            prof.export_chrome_trace(str(self.trace))
-            (folder / "top_ops.txt").write_text(self.table)
+            with files.atomic_write_path(self.trace, root=self.out_dir) as tmp:
+                prof.export_chrome_trace(str(tmp))
+            files.write_text(folder / "top_ops.txt", self.table, root=self.out_dir)
 
     def close(self) -> None:
         if self._prof is not None:

@@ -37,8 +37,7 @@ def begin_checkpoint(root: Path, step: int) -> Path:
     """The temporary directory a checkpoint is written into (shared by all ranks of a sharded run)."""
     root.mkdir(parents=True, exist_ok=True)
     tmp = pending_path(root, step)
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    files.remove_tree(tmp)  # a leftover, or a link put there: removed itself, never what it points to
     tmp.mkdir()
     return tmp
 
@@ -88,11 +87,11 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
             + (f": it restarts from {good[-1].name}, which is intact" if good else " (no checkpoint was saved yet)"),
             **{"while writing": where, **files.space_and_limit(root),
                "latest good checkpoint": good[-1].name if good else "none"}) from exc
-    if final.exists():  # the same step saved again (a resumed run): move the old one out of the way first
+    if os.path.lexists(final):  # the same step saved again (a resumed run): move the old one out of the way first
         old = root / f".old-{checkpoint_name(step)}-{os.getpid()}"
         os.replace(final, old)
         os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        files.remove_tree(old)
     else:
         os.replace(tmp, final)
     files.fsync_dir(root)

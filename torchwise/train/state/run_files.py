@@ -129,8 +129,8 @@ class RunFiles:
     def write_config(self) -> None:
         """The resolved settings (and the launcher's config) in the run directory, as in every checkpoint."""
         if self.out_dir is not None and self.run.dist.is_main:
-            with files.atomic_write_path(self.out_dir / CONFIG_FILE) as tmp:
-                tmp.write_text(json.dumps(self.config_record(), indent=2, default=str))
+            files.write_text(self.out_dir / CONFIG_FILE, json.dumps(self.config_record(), indent=2, default=str),
+                             root=self.out_dir)
 
     def config_record(self) -> dict[str, Any]:
         return {"trainer": self.run.config.to_dict(), "run": self.run.config.run_config or None}
@@ -164,6 +164,8 @@ class RunFiles:
         root = self.out_dir / "checkpoints"
         path = root / ckpt.checkpoint_name(run.pos.step)
         tmp = None
+        if run.dist.is_main:  # checkpoints/ is a folder of the run, never a link out of it
+            files.make_folder(root, self.out_dir)
         if is_sharded(run.model):  # every rank writes its own shards first
             tmp = ckpt.begin_checkpoint(root, run.pos.step) if run.dist.is_main else ckpt.pending_path(root, run.pos.step)
             barrier(run.dist)
@@ -265,7 +267,8 @@ class RunFiles:
             weights = self.full_weights()
             if run.dist.is_main:
                 save_state_dict(weights, self.out_dir / "best" / "model.safetensors",
-                                {"step": run.best.step, "monitor": run.best.monitor.name, "value": run.best.value})
+                                {"step": run.best.step, "monitor": run.best.monitor.name, "value": run.best.value},
+                                root=self.out_dir)
 
     def load_best(self) -> None:
         """After resume: the in-memory copy of the best weights comes back from best/ if it matches."""
@@ -305,9 +308,8 @@ class RunFiles:
         meta.setdefault("best", {"monitor": run.best.monitor.name, "value": None if math.isnan(run.best.value)
                                  else run.best.value, "step": run.best.step})
         final = self.out_dir / "final"
-        path = save_state_dict(weights, final / "model.safetensors", {"torchwise": _version()})
-        with files.atomic_write_path(final / "meta.json") as tmp:
-            tmp.write_text(json.dumps(meta, indent=2, default=str))
+        path = save_state_dict(weights, final / "model.safetensors", {"torchwise": _version()}, root=self.out_dir)
+        files.write_text(final / "meta.json", json.dumps(meta, indent=2, default=str), root=self.out_dir)
         return path
 
 

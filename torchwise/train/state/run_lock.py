@@ -44,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from torchwise import files
 from torchwise.errors import TorchwiseError
 
 LOCK_FILE = ".torchwise.lock"
@@ -181,6 +182,11 @@ def claim(run_dir: str | Path, command: str | None = None) -> Claim:
     if key in _HELD.get():
         return Claim(None, key)
     lock = RunLock(run_dir, command).acquire()
+    try:  # under the lock, before the command writes anything: no link in the folder leads out of it
+        files.refuse_links_out(Path(run_dir))
+    except BaseException:
+        lock.release()
+        raise
     _HELD.set(_HELD.get() | {key})
     return Claim(lock, key)
 
@@ -189,7 +195,10 @@ def claim_if_inside(run_dir: str | Path | None, target: str | Path) -> Claim:
     """The run folder's claim when `target` (a file or folder a command writes) lies inside it, else nothing."""
     if run_dir is None:
         return Claim(None, "")
-    inside = Path(os.path.realpath(target)).is_relative_to(os.path.realpath(run_dir))
+    # inside by its name (RUN/eval.json that is a link out of RUN is still written in RUN: the claim then
+    # refuses the link) or where it resolves (a path given through another name of the folder)
+    inside = Path(os.path.abspath(target)).is_relative_to(os.path.abspath(run_dir)) or \
+        Path(os.path.realpath(target)).is_relative_to(os.path.realpath(run_dir))
     return claim(run_dir) if inside else Claim(None, "")
 
 
