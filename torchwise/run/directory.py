@@ -75,7 +75,8 @@ def check_run_dir(run_dir: Path, resume: bool) -> None:
     """A new run needs a directory without a run in it; a resumed one needs a complete checkpoint."""
     from torchwise.train.state import checkpoint as ckpt
 
-    complete = ckpt.list_checkpoints(run_dir / "checkpoints")
+    # complete or damaged: resume passes over a damaged one (and says so); a new run never mixes with one
+    complete = ckpt.all_checkpoints(run_dir / "checkpoints")
     if resume:
         if not complete:
             # a run stopped before its first checkpoint has nothing to continue: it starts again

@@ -245,20 +245,23 @@ class RunSetup:
         files.register("ema", self.run.recipes.ema)
 
     def find_and_load_checkpoint(self) -> Path | None:
+        """The newest checkpoint that loads, loaded (train/state/checkpoint.py's load_newest: one that does not
+        is passed over with a warning, and left on disk); None for a fresh run."""
         cfg = self.run.config
-        found = ckpt.find_resume_checkpoint(cfg.resume, cfg.out_dir)
+        found, named = ckpt.resume_candidates(cfg.resume, cfg.out_dir)
         if cfg.out_dir is not None:
             if self.run.dist.is_main:  # one process removes leftovers; the others only read complete checkpoints
                 ckpt.clean_stale(cfg.out_dir / "checkpoints")
-            existing = ckpt.list_checkpoints(cfg.out_dir / "checkpoints")
+            existing = ckpt.all_checkpoints(cfg.out_dir / "checkpoints")
             # A fresh run would interleave its checkpoints with the old run's and prune the wrong ones.
-            require(found is not None or not existing, "out_dir already holds checkpoints of another run.",
+            require(bool(found) or not existing, "out_dir already holds checkpoints of another run.",
                     {"out_dir": str(cfg.out_dir), "latest": existing[-1].name if existing else "-"},
                     "Pass resume=True to continue that run, or use a new out_dir (or delete the old one).")
-        if found is not None:
-            self.run.files.load_checkpoint(found)
+        loaded = ckpt.load_newest(found, self.run.files.load_checkpoint, named=named,
+                                  warn=ckpt.print_warning if self.run.dist.is_main else None)
+        if loaded is not None:
             self.say_how_the_data_resumes()
-        return found
+        return loaded
 
     def say_how_the_data_resumes(self) -> None:
         """Where the data's position cannot be restored exactly, the run says so (once, on the main rank)."""

@@ -83,7 +83,7 @@ class Stages:
         found = ckpt.find_resume_checkpoint(cfg.resume, cfg.out_dir, warn=None)
         if found is None:
             return None
-        state = torch.load(found / "state.pt", map_location="cpu", weights_only=True)
+        state = ckpt.read_state(found, mmap=True)  # readable: find_resume_checkpoint has read it so already
         self.peeked, self.peeked_for = (found, state.get("position") or {}), self.started
         return self.peeked
 

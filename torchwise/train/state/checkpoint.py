@@ -6,8 +6,15 @@ only, read back with weights_only=True) and `COMPLETE` (written last). Everythin
 temporary sibling directory, fsync'ed, then renamed into place: a process killed at any moment
 leaves either the previous complete checkpoint or the new one, never a half-written one. A write
 that fails (disk full, file size limit) removes its temporary directory and says which checkpoint
-is still good. On resume a checkpoint whose files are cut short (copied in part, a damaged disk) is
-recognised before loading, and the previous good one is used instead, with a warning.
+is still good.
+
+On resume the newest checkpoint that loads is used: one that cannot be loaded for any reason (a file cut
+short, missing or damaged, a state.pt the safe unpickler refuses, weights of another shape, a state its
+component refuses) is passed over for the one before it, with a warning that names it and says why. It
+is left on disk as it is (never deleted or renamed: it may be the one the user wants to rescue). When none
+loads, one error lists each checkpoint with its reason. A checkpoint the user names is never replaced by
+another. A refusal that is about the run rather than the checkpoint (other data, another schedule length)
+is the same for every checkpoint: it is raised as it is.
 """
 from __future__ import annotations
 
@@ -18,12 +25,12 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from torchwise import files
-from torchwise.errors import CheckpointError
+from torchwise.errors import CheckpointError, TorchwiseError
 
 PREFIX = "step-"
 MARKER = "COMPLETE"
@@ -107,8 +114,12 @@ def is_complete(path: Path) -> bool:
 
 
 def unreadable_reason(path: Path) -> str | None:
-    """Why a checkpoint marked complete cannot be read (None: it can), from its files' sizes and
-    framing alone: a cut-off model.safetensors or state.pt is found without loading either."""
+    """Why the checkpoint at `path` cannot be loaded (None: it can), found without loading its tensors: a
+    file missing or cut short, a damaged safetensors header, a state.pt that is not a whole torch archive or
+    that the safe unpickler (weights_only=True) refuses; nothing in it is ever executed."""
+    missing = [name for name in (MARKER, "model.safetensors", "state.pt") if not (path / name).is_file()]
+    if missing:
+        return (f"{', '.join(missing)} missing" + (" (it was not written to the end)" if missing == [MARKER] else ""))
     for name in ("model.safetensors", "state.pt"):
         file = path / name
         try:
@@ -119,7 +130,27 @@ def unreadable_reason(path: Path) -> str | None:
             size = 0
         if problem:
             return f"{name}: {size} bytes, {problem}"
+    try:
+        read_state(path, mmap=True)  # the pickle alone: the tensors stay on disk (mapped, not read)
+    except Exception as exc:  # the safe unpickler's refusal, or damage inside the archive
+        return f"state.pt: {state_problem(exc)}"
     return None
+
+
+def read_state(path: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """state.pt read with the safe unpickler (weights_only=True: tensors and plain containers, no code)."""
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True, mmap=mmap)
+    if not isinstance(state, dict):
+        raise ValueError(f"it holds a {type(state).__name__}, not the checkpoint's dict of states")
+    return state
+
+
+def state_problem(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0][:300] if text else type(exc).__name__
+    if "weights_only" in text or "Weights only load failed" in text:
+        return f"refused by the safe unpickler (weights_only=True; nothing in it was run): {first}"
+    return f"damaged: {first}"
 
 
 def _safetensors_problem(file: Path, size: int) -> str | None:
@@ -153,9 +184,14 @@ def _torch_file_problem(file: Path) -> str | None:
 
 def list_checkpoints(root: Path) -> list[Path]:
     """Complete checkpoints, oldest first. Temporary and incomplete directories are ignored."""
+    return [p for p in all_checkpoints(root) if is_complete(p)]
+
+
+def all_checkpoints(root: Path) -> list[Path]:
+    """Every checkpoint folder (step-N), complete or not, oldest first; temporary ones (.tmp-, .old-) are not."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and is_complete(p)]
+    found = [p for p in root.iterdir() if p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit() and p.is_dir()]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
@@ -170,71 +206,111 @@ def clean_stale(root: Path) -> list[str]:
                 name = p.name[len(".old-"):].rsplit("-", 1)[0]
                 target = root / name
                 if is_complete(p) and not is_complete(target):
-                    shutil.rmtree(target, ignore_errors=True)
-                    os.replace(p, target)
-                    continue
-            if p.name.startswith((".tmp-", ".old-")) or (p.is_dir() and p.name.startswith(PREFIX) and not is_complete(p)):
-                shutil.rmtree(p, ignore_errors=True)
+                    if not os.path.lexists(target):
+                        os.replace(p, target)
+                    continue  # (a damaged folder of that name is there: both are kept, for the user to choose)
+            # Only the leftovers of its own writes: a step-N folder that is not complete is damage (every
+            # checkpoint is renamed into place whole), kept for the user to see; resume passes over it.
+            if p.name.startswith((".tmp-", ".old-")):
+                files.remove_tree(p)
                 removed.append(p.name)
     return removed
 
 
 def prune(root: Path, keep_last: int) -> None:
-    for old in list_checkpoints(root)[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+    """The `keep_last` newest loadable checkpoints stay; one that cannot be loaded does not count, and is
+    left as it is (resume passed over it and said so)."""
+    good = [p for p in list_checkpoints(root) if unreadable_reason(p) is None]
+    for old in good[:-keep_last] if keep_last > 0 else []:
+        files.remove_tree(old)
 
 
-def _warn(line: str) -> None:
+def print_warning(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def newest_readable(found: list[Path], warn: Any = _warn) -> Path | None:
-    """The newest checkpoint of `found` (oldest first) that can be read; a newer unreadable one is
-    passed over with a warning naming both. None when `found` is empty; an error when none is readable."""
-    broken: dict[str, str] = {}
+def load_newest(found: list[Path], load: Callable[[Path], Any] | None = None, warn: Any = print_warning,
+                named: bool = False) -> Path | None:
+    """The newest checkpoint of `found` (oldest first) that loads: readable (unreadable_reason), then
+    `load(path)` without an error. One that does not is passed over, with a warning naming it and why, and
+    left as it is. A TorchwiseError other than a CheckpointError is about the run, not the checkpoint: it is
+    raised as it is. None when `found` is empty; a CheckpointError listing each reason when none loads.
+    `named`: the user named this one checkpoint, so no other is taken in its place."""
+    skipped: dict[str, str] = {}
     for path in reversed(found):
         reason = unreadable_reason(path)
+        if reason is None and load is not None:
+            reason = _load_problem(path, load)
         if reason is None:
-            if broken and warn is not None:
-                warn(f"torchwise: warning: checkpoint {', '.join(broken)} is unreadable "
-                     f"({'; '.join(broken.values())}); resuming from the previous good checkpoint {path.name} "
-                     f"({path}) instead")
+            if skipped and warn is not None:
+                warn(f"torchwise: warning: checkpoint {', '.join(skipped)} is unreadable "
+                     f"({'; '.join(f'{k}: {v}' for k, v in skipped.items())}); resuming from the previous good "
+                     f"checkpoint {path.name} ({path}) instead (the unreadable one is left as it is)")
             return path
-        broken[path.name] = reason
-    if broken:
-        raise CheckpointError("No checkpoint of this run can be read: each is cut short or damaged.",
-                              values={"checkpoints": str(found[-1].parent), **broken},
-                              fix="start a new run (another --out), or restore the checkpoint files from a backup")
+        if named:
+            raise CheckpointError("The checkpoint to resume from cannot be read.",
+                                  values={"resume": str(path), "problem": reason},
+                                  fix="pass an earlier checkpoint, or the run directory (its newest readable "
+                                      "checkpoint is then used)")
+        skipped[path.name] = reason
+    if skipped:
+        raise CheckpointError("No checkpoint of this run can be read or loaded: each is cut short, damaged or refused.",
+                              values={"checkpoints": str(found[-1].parent), **skipped},
+                              fix="start a new run (another --out), or restore the checkpoint files from a backup "
+                                  "(nothing was deleted)")
     return None
 
 
-def find_resume_checkpoint(resume: bool | str | Path, out_dir: Path | None, warn: Any = _warn) -> Path | None:
-    """Resolve `resume=` to a complete, readable checkpoint directory (None: start fresh).
-    `warn` gets the line saying an unreadable newer checkpoint was passed over (None: silent)."""
+def _load_problem(path: Path, load: Callable[[Path], Any]) -> str | None:
+    """Why `load(path)` failed (None: it loaded); a refusal about the run itself is raised."""
+    try:
+        load(path)
+    except CheckpointError as exc:
+        detail = "; ".join(f"{k}: {v}" for k, v in exc.values.items() if k not in ("path", "checkpoint"))
+        return f"{exc.what}" + (f" ({detail})" if detail else "")
+    except TorchwiseError:
+        raise
+    except Exception as exc:  # what a component's load_state_dict, or the state's own contents, refused
+        text = str(exc).strip()
+        return f"cannot be loaded: {type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}".rstrip(": ")
+    return None
+
+
+def newest_readable(found: list[Path], warn: Any = print_warning) -> Path | None:
+    """The newest checkpoint of `found` (oldest first) that can be read (load_newest without loading it)."""
+    return load_newest(found, None, warn)
+
+
+def resume_candidates(resume: bool | str | Path, out_dir: Path | None) -> tuple[list[Path], bool]:
+    """The checkpoints `resume=` may continue from, oldest first, and whether the user named one checkpoint
+    (then no other is taken in its place). ([], False): start fresh."""
     if resume is False or resume is None:
-        return None
+        return [], False
     if resume is True:
         if out_dir is None:
             raise CheckpointError("resume=True needs out_dir to know where the checkpoints are.",
                                   fix="Pass out_dir=... (the run directory), or resume='path/to/checkpoint'.")
-        return newest_readable(list_checkpoints(out_dir / "checkpoints"), warn)
+        return all_checkpoints(out_dir / "checkpoints"), False
     path = Path(resume)
-    if path.is_dir() and not is_complete(path):
-        found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
+    is_checkpoint = any((path / name).exists() for name in (MARKER, "model.safetensors", "state.pt"))
+    if path.is_dir() and not is_checkpoint:
+        found = all_checkpoints(path / "checkpoints") or all_checkpoints(path)
         if found:
-            return newest_readable(found, warn)
-    if not (path.is_dir() and is_complete(path)):
+            return found, False
+    if not (path.is_dir() and is_checkpoint):
         raise CheckpointError(
             "No complete checkpoint at the resume path.",
             values={"resume": str(path)},
             fix="Pass a run directory, its checkpoints/ folder or one checkpoints/step-... directory.",
         )
-    reason = unreadable_reason(path)
-    if reason is not None:  # named by the user: no other checkpoint is taken silently in its place
-        raise CheckpointError("The checkpoint to resume from cannot be read.", values={"resume": str(path),
-                              "problem": reason}, fix="pass an earlier checkpoint, or the run directory (its "
-                              "newest readable checkpoint is then used)")
-    return path
+    return [path], True
+
+
+def find_resume_checkpoint(resume: bool | str | Path, out_dir: Path | None, warn: Any = print_warning) -> Path | None:
+    """Resolve `resume=` to a complete, readable checkpoint directory (None: start fresh).
+    `warn` gets the line saying an unreadable newer checkpoint was passed over (None: silent)."""
+    found, named = resume_candidates(resume, out_dir)
+    return load_newest(found, None, warn, named=named)
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -254,10 +330,10 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
         # Optimizer.load_state_dict moves its state to the parameters' device by itself, and RNG states
         # must stay on the CPU, so the rest of the state is always read onto the CPU.
         name = "state.pt"
-        state = torch.load(path / name, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError, EOFError) + files.safetensors_errors() as exc:  # damaged inside
-        raise CheckpointError("The checkpoint cannot be read: a file is damaged.",
+        state = read_state(path)
+    except Exception as exc:  # damaged inside, or (state.pt) refused by the safe unpickler: never run
+        raise CheckpointError("The checkpoint cannot be read: a file is damaged or refused.",
                               values={"path": str(path / name), "size": f"{(path / name).stat().st_size} bytes",
-                                      "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__},
+                                      "error": state_problem(exc)},
                               fix="Resume from an earlier checkpoint, or restore the file from a backup.") from exc
     return weights, state
