@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 
+from torchwise import safe_yaml  # light: it imports yaml only when it reads
 from torchwise.errors import ConfigError
 from torchwise.files import write_text
 
@@ -439,7 +440,7 @@ def load_yaml(path: str | Path, base: RunConfig | None = None) -> RunConfig:
         raise ConfigError("Configuration file not found.", values={"path": str(path)},
                           fix="pass the path of an existing YAML file to --config")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = safe_yaml.load(path.read_text(), source=str(path)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError("Configuration file is not valid YAML.", values={"path": str(path), "error": str(exc)},
                           fix="fix the YAML syntax at the position shown") from None

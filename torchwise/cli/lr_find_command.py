@@ -74,9 +74,11 @@ def apply_lr(config, lr: float, path: Path, root: Path | None = None) -> Path:
     own file is written where it is (a link of theirs followed, as they meant)."""
     import yaml
 
+    from torchwise import safe_yaml
+
     lr = float(f"{lr:.3g}")
     if path.is_file():
-        data = yaml.safe_load(path.read_text()) or {}
+        data = safe_yaml.load(path.read_text(), source=str(path)) or {}
         if not isinstance(data, dict):
             raise TorchwiseError("The config file is not a mapping of sections.", values={"path": str(path)},
                                  fix="start the file with sections such as `train:`")

@@ -73,13 +73,15 @@ def load_space(source: str | Path | Mapping[str, Any]) -> list[Param]:
     else:
         import yaml
 
+        from torchwise import safe_yaml
+
         path = Path(source)
         if not path.is_file():
             raise ConfigError("Search space file not found.", values={"path": str(path)},
                               fix="pass the path of a YAML file to --space, e.g. `train.lr: {type: loguniform, "
                                   "low: 1.0e-4, high: 1.0e-1}`")
         try:
-            data = yaml.safe_load(path.read_text())
+            data = safe_yaml.load(path.read_text(), source=str(path))
         except yaml.YAMLError as exc:
             raise ConfigError("Search space file is not valid YAML.", values={"path": str(path), "error": str(exc)},
                               fix="fix the YAML syntax at the position shown") from None
