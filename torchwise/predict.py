@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from torchwise.data.imagefolder import IMAGE_EXTENSIONS  # torch-free: the extensions training reads
-from torchwise.errors import TorchwiseError
+from torchwise.errors import TorchwiseError, is_out_of_memory, out_of_memory
 from torchwise.export.metadata import PREPROCESS_KEY, read_metadata
 from torchwise.export.preprocess import (collect_images, preprocess_csv, preprocess_image, preprocess_images,
                                          preprocess_readable)
@@ -131,9 +131,16 @@ def predict(model: str | Path | OnnxModel, inputs: Sequence[str], *, top_k: int 
     import numpy as np
 
     onnx_model = model if isinstance(model, OnnxModel) else OnnxModel.load(model)
-    x, labels, failed = onnx_model.encode(list(inputs))
-    results = [] if x is None else [{"input": label, **row}
-                                    for label, row in zip(labels, _predictions(onnx_model, onnx_model.run(x), top_k))]
+    try:
+        x, labels, failed = onnx_model.encode(list(inputs))
+        results = [] if x is None else [{"input": label, **row} for label, row
+                                        in zip(labels, _predictions(onnx_model, onnx_model.run(x), top_k))]
+    except Exception as exc:
+        if isinstance(exc, TorchwiseError) or not is_out_of_memory(exc):
+            raise
+        raise out_of_memory(exc, f"predicting {len(inputs)} input(s)",
+                            fix="predict fewer inputs per call (they are read and run together); close what else "
+                                "uses the machine's memory (or raise the process' memory limit, ulimit -v)") from exc
     for position, path, reason in failed:  # ascending positions: each lands where its input was
         results.insert(position, {"input": path, "error": reason})
     return results

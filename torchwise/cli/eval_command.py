@@ -42,13 +42,23 @@ def predict(model, dataset, *, batch_size: int = 256, device: str = "cpu"):
     import torch
     from torch.utils.data import DataLoader
 
+    from torchwise.errors import is_out_of_memory, out_of_memory
+
     model = model.to(device).eval()
     outputs, targets = [], []
-    with torch.inference_mode():
-        for inputs, target in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-            outputs.append(model(inputs.to(device)).float().cpu())
-            targets.append(target)
-    return torch.cat(outputs), torch.cat(targets)
+    try:
+        with torch.inference_mode():
+            for inputs, target in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+                outputs.append(model(inputs.to(device)).float().cpu())
+                targets.append(target)
+        return torch.cat(outputs), torch.cat(targets)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise out_of_memory(exc, f"evaluating {len(dataset)} examples in batches of {batch_size}", device=device,
+                            fix=f"evaluate in smaller batches (--batch-size {max(1, batch_size // 4)}); on the CPU, "
+                                "close what else uses the machine's memory (or raise the process' memory limit, "
+                                "ulimit -v)") from exc
 
 
 def format_table(result: dict[str, Any]) -> str:

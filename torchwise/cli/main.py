@@ -168,6 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"torchwise {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # out of memory where no layer said it: an error, not a traceback
+        from torchwise.errors import is_out_of_memory, out_of_memory
+
+        if not is_out_of_memory(exc):
+            raise
+        error = out_of_memory(exc, f"running torchwise {args.command}",
+                              fix="give it less at a time (a smaller --batch-size, fewer inputs), or run it where "
+                                  "more memory is free; close what else uses the machine's memory (or raise the "
+                                  "process' memory limit, ulimit -v)")
+        print(f"torchwise {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from torchwise.errors import TorchwiseError
+from torchwise import files
+from torchwise.errors import OutOfMemory, TorchwiseError, is_out_of_memory, out_of_memory
 from torchwise.export.example_inputs import as_tuple
+from torchwise.export.onnx import EXPORT_OOM_FIX, ExportOutOfMemory
 from torchwise.export.run_dir import example_input_for, find_run_dir, load_for_export, real_inputs_for
+from torchwise.export.staged import ExportWriteError
 from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, VerifyReport
 
 FORMATS = ("onnx", "torchscript", "pt2")
@@ -109,7 +112,8 @@ def export_and_verify(model, example_input: Any, out_dir: str | Path, *,
     results = {fmt: _export_format(fmt, model, example, out / FILE_NAMES[fmt], batches, settings, say)
                for fmt in wanted}
     summary = ExportSummary(out, results)
-    (out / "export_report.json").write_text(json.dumps(summary.to_dict(), indent=2, default=str))
+    # whole or not at all, as the model files: a full disk leaves the previous report
+    files.write_text(out / "export_report.json", json.dumps(summary.to_dict(), indent=2, default=str) + "\n")
     return summary
 
 
@@ -135,8 +139,15 @@ def _export_format(fmt: str, model, example: tuple, path: Path, batches: list, s
         result.path = path
         _check_verification(result, say)
     except TorchwiseError as exc:  # ExportError, or a written file that cannot be opened again
+        if isinstance(exc, (OutOfMemory, ExportWriteError)):  # the machine's, not this format's: all stop
+            raise
         result.error = str(exc)
         say(f"{fmt}: FAILED: {exc}")
+    except Exception as exc:  # out of memory in the model's copy, the exporter or the verification
+        if not is_out_of_memory(exc):
+            raise
+        raise out_of_memory(exc, f"exporting to {fmt} and verifying the file", cls=ExportOutOfMemory,
+                            fix=EXPORT_OOM_FIX) from exc
     for warning in result.warnings:
         say(f"!! {fmt}: WARNING: {warning}")
     result.seconds = time.perf_counter() - start

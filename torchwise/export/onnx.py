@@ -17,13 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from torchwise.errors import TorchwiseError
+from torchwise.errors import OutOfMemory, TorchwiseError, is_out_of_memory, out_of_memory
 from torchwise.export.example_inputs import cpu_example, dynamic_shapes_for
 from torchwise.export.metadata import onnx_metadata
+from torchwise.export.staged import staged_export
 
 
 class ExportError(TorchwiseError):
     """A model that cannot be exported in the requested format (the message says why and what to try)."""
+
+
+class ExportOutOfMemory(OutOfMemory):
+    """Out of memory while exporting or verifying an export."""
+
+
+EXPORT_OOM_FIX = ("export on a machine (or at a moment) with more free memory: exporting holds a copy of the model "
+                  "and its traced graph besides the weights; on the CPU, close what else uses the machine's memory "
+                  "(or raise the process' memory limit, ulimit -v)")
 
 
 class UnsupportedOperatorError(ExportError):
@@ -101,8 +111,10 @@ def _user_line(text: str) -> str | None:
     return None
 
 
-def explain_export_failure(exc: BaseException, fmt: str) -> ExportError:
+def explain_export_failure(exc: BaseException, fmt: str) -> TorchwiseError:
     """Turn an exporter exception into an ExportError with the cause named and a fix."""
+    if is_out_of_memory(exc):  # not the model's fault: no operator or branch to name
+        return out_of_memory(exc, f"exporting to {fmt}", cls=ExportOutOfMemory, fix=EXPORT_OOM_FIX)
     text = _chain(exc)
     ops = unsupported_operators(text)
     if ops:
@@ -192,7 +204,8 @@ def export_onnx(model, example_input: Any, path: str | Path, *, metadata: Mappin
                                      "input_names": input_names, "output_names": output_names,
                                      "dynamic_batch": dynamic_batch, "dynamic_spatial": dynamic_spatial})
     _set_metadata(proto, props)
-    _save_checked(proto, path, model)
+    with staged_export(path) as staged:  # whole or not at all: a full disk leaves the previous export
+        _save_checked(proto, staged, model)
     dynamic_axes = _dynamic_axes(proto)
     notes = []
     if dynamic_batch and not any(0 in axes for axes in dynamic_axes.values()):
@@ -231,13 +244,17 @@ def _set_metadata(proto, props: Mapping[str, str]) -> None:
     proto.producer_name = "torchwise"
 
 
+# protobuf holds at most 2 GB: above this many bytes of weights they go to a side file (model.onnx.data)
+EXTERNAL_DATA_BYTES = 1.8e9
+
+
 def _save_checked(proto, path: Path, model) -> None:
     """Write the model to `path`, checked by onnx.checker."""
     import onnx
 
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
-    if weight_bytes < 1.8e9:
+    if weight_bytes < EXTERNAL_DATA_BYTES:
         onnx.checker.check_model(proto)
         onnx.save(proto, str(path))
     else:  # protobuf cannot hold more than 2 GB: weights go to a side file next to the .onnx

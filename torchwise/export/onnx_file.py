@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from torchwise.errors import TorchwiseError
+from torchwise.errors import TorchwiseError, is_out_of_memory, out_of_memory
 
 _REEXPORT = ("export the run again (torchwise export RUNDIR writes RUNDIR/export/model.onnx); if the file "
              "was copied, copy it again: it was cut off or changed on the way")
@@ -55,6 +55,10 @@ def open_session(path: str | Path) -> Any:
     try:
         return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:  # InvalidProtobuf, Fail, NoSuchFile (external data): onnxruntime's own classes
+        if is_out_of_memory(exc):  # a whole file that does not fit is not a damaged one
+            raise out_of_memory(exc, f"loading the ONNX model ({size} bytes) into onnxruntime", path=str(path),
+                                fix="load it on a machine with more free memory; close what else uses this "
+                                    "one's (or raise the process' memory limit, ulimit -v)") from exc
         reason = str(exc).split(" failed:")[-1].strip().splitlines()
         raise TorchwiseError(f"The ONNX model file is truncated or damaged: onnxruntime cannot load it "
                              f"({size} bytes).", values={"path": str(path),

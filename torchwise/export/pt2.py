@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from torchwise.export.example_inputs import cpu_example, dynamic_shapes_for
 from torchwise.export.onnx import explain_export_failure, quiet_torch_logs
+from torchwise.export.staged import in_memory, staged_export
 from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, VerifyReport, verify_callable
 
 
@@ -48,7 +49,8 @@ def export_pt2(model, example_input: Any, path: str | Path, *, batches: Sequence
         if os.environ.get("TORCHWISE_EXPORT_DEBUG"):
             raise
         raise explain_export_failure(exc, "torch.export (pt2)") from None
-    torch.export.save(program, str(path))
-    loaded = torch.export.load(str(path)).module()
+    with staged_export(path) as staged:  # whole or not at all
+        staged.write_bytes(in_memory(torch.export.save, program))  # see staged.in_memory
+        loaded = torch.export.load(str(staged)).module()
     report = verify_callable("pt2", loaded, model, list(batches) or [("example", example)], atol=atol, rtol=rtol)
     return Pt2Export(path, report)

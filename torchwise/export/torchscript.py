@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from torchwise.export.example_inputs import cpu_example
 from torchwise.export.onnx import ExportError
+from torchwise.export.staged import in_memory, staged_export
 from torchwise.export.verify import DEFAULT_ATOL, DEFAULT_RTOL, Comparison, VerifyReport, verify_callable
 
 
@@ -91,10 +92,12 @@ def export_torchscript(model, example_input: Any, path: str | Path, *, method: s
     example = cpu_example(example_input)
     module, result = _script_or_trace(model, example, path, method)
     # Save and reload: verify the file, not the in-memory module.
-    with warnings.catch_warnings():
+    with staged_export(path) as staged, warnings.catch_warnings():  # whole or not at all
         warnings.simplefilter("ignore", FutureWarning)
-        torch.jit.save(module, str(path))
-        loaded = torch.jit.load(str(path), map_location="cpu")
+        # Serialized in memory first: torch's zip writer aborts the whole process (a C++ terminate) when the disk
+        # refuses a write, where a plain write raises an error that can be said and cleaned up.
+        staged.write_bytes(in_memory(torch.jit.save, module))
+        loaded = torch.jit.load(str(staged), map_location="cpu")
     batches = list({label: b for label, b in [*probe_inputs(example), *extra_batches]}.items())
     result.verification = verify_callable(f"torchscript ({result.method})", loaded, model, batches, atol=atol, rtol=rtol)
     if result.method == "trace":

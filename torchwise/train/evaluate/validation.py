@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from torchwise.errors import OutOfMemory, out_of_memory
 from torchwise.train import input_checks as checks
 from torchwise.train.step.batches import move_to
 from torchwise.train.step.contract import StepContract, WholeBatch
@@ -51,6 +52,7 @@ class Evaluator:
         if self.watcher is not None:
             self.watcher.phase("eval")
         non_blocking = self.device.type == "cuda"
+        index = 0
         try:
             with torch.inference_mode(), self.precision.autocast(self.device):
                 for index, batch in enumerate(batches):
@@ -66,6 +68,10 @@ class Evaluator:
                     on_batch(outputs, targets, self.contract.size(inputs, target), loss)
                 for _ in range(extra):
                     self._forward(inputs, target, first=False)
+        except Exception as exc:
+            if isinstance(exc, checks.TorchwiseError) or not _is_oom(exc):
+                raise
+            raise evaluation_oom(exc, index, num_batches, self.device) from exc
         finally:
             self.model.train(was_training)
             if self.watcher is not None:
@@ -186,6 +192,21 @@ class Evaluator:
             if first:
                 raise checks.loss_error(exc, logits, target, "first validation batch") from exc
             raise
+
+
+class EvaluationOutOfMemory(OutOfMemory, torch.OutOfMemoryError):
+    """Out of memory in an evaluation or a prediction, with the remedies; also a torch.OutOfMemoryError, so
+    the code that backs off on one (the batch-size finder) still sees it by its type."""
+
+
+def evaluation_oom(exc: BaseException, index: int, num_batches: int | None, device: torch.device) -> OutOfMemory:
+    where = f"batch {index + 1}" + (f" of {num_batches}" if num_batches else "")
+    return out_of_memory(exc, f"evaluating the model ({where}, no gradients)", cls=EvaluationOutOfMemory,
+                         device=str(device), fix=(
+                             "evaluate in smaller batches: eval_batch_size=N (the CLI: --set "
+                             "train.eval_batch_size=N, `torchwise eval --batch-size N`), half of today's or less; "
+                             "precision='bf16' halves the activations on a GPU; on the CPU, close what else uses "
+                             "the machine's memory (or raise the process' memory limit, ulimit -v)"))
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import torch
 
+from torchwise.errors import is_out_of_memory
+
 
 def is_oom(exc: BaseException) -> bool:
-    """The allocator's own error type, and the out-of-memory RuntimeErrors of other paths (cuDNN
-    workspaces, the CPU allocator, MPS)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    if isinstance(exc, RuntimeError):
-        text = str(exc)
-        return any(s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "can't allocate memory",
-                                       "CUBLAS_STATUS_ALLOC_FAILED"))
-    return False
+    """The allocator's own error type, Python's MemoryError, and the out-of-memory RuntimeErrors of other
+    paths (cuDNN workspaces, the CPU allocator, MPS): torchwise.errors.is_out_of_memory says which."""
+    return isinstance(exc, torch.OutOfMemoryError) or is_out_of_memory(exc)
 
 
 def is_compile_failure(exc: BaseException) -> bool:

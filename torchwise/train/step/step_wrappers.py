@@ -35,14 +35,14 @@ from typing import Any, Callable
 
 import torch
 
-from torchwise.errors import TorchwiseError
+from torchwise.errors import OutOfMemory, TorchwiseError
 from torchwise.train.step.batches import split_parts
 from torchwise.train.step.failures import is_compile_failure, is_oom
 
 MODES = ("adapt", "raise")
 
 
-class TrainingOutOfMemory(TorchwiseError, torch.OutOfMemoryError):
+class TrainingOutOfMemory(OutOfMemory, torch.OutOfMemoryError):
     """Out of memory in a training step, with the remedies; also a torch.OutOfMemoryError."""
 
 
@@ -125,7 +125,7 @@ class OOMGuard:
             except Exception as exc:  # noqa: BLE001 - anything that is not an OOM is re-raised at once
                 if not is_oom(exc):
                     raise
-                failure = str(exc).strip().splitlines()[0][:300]
+                failure = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
                 if self.mode == "raise":
                     raise self._error(failure, micro, "on_oom='raise'") from exc
             # Out of the except block: the exception, its traceback and the frames' tensors are gone.
