@@ -65,21 +65,41 @@ def format_table(result: dict[str, Any]) -> str:
     if result["problem"] == "regression":
         return (f"examples {result['examples']}   MAE {result['mae']:.4g}   RMSE {result['rmse']:.4g}   "
                 f"R² {result['r2']:.4f}")
-    names = [str(c["class"]) for c in result["per_class"]]
-    width = max(8, *(len(n) for n in names))
+    from torchwise.report import many_classes
+
+    per_class = result["per_class"]
+    many = "confusion" not in result or many_classes.is_many(len(per_class))
+    rows = many_classes.worst_classes(per_class) if many else per_class  # many classes: the worst, and counts
+    names = [str(c["class"]) for c in per_class]
+    width = max(8, *(len(str(r["class"])) for r in rows)) if rows else 8
     lines = [f"accuracy {result['accuracy']:.4f} on {result['examples']} examples"
              + (f"   top-5 {result['top5_accuracy']:.4f}" if "top5_accuracy" in result else "")
-             + f"   macro F1 {result['macro_f1']:.4f}", "",
-             f"{'class':<{width}}  precision  recall     f1  support"]
-    for row in result["per_class"]:
+             + f"   macro F1 {result['macro_f1']:.4f}", ""]
+    if many:
+        lines.append(many_classes.per_class_note(per_class, len(rows)))
+    lines.append(f"{'class':<{width}}  precision  recall     f1  support")
+    for row in rows:
         lines.append(f"{str(row['class']):<{width}}  {row['precision']:9.3f}  {row['recall']:6.3f}  "
                      f"{row['f1']:5.3f}  {row['support']:7d}")
+    if many:
+        return "\n".join(lines + _most_confused_lines(result.get("confusion_top")))
     cell = max(4, *(len(str(v)) for r in result["confusion"] for v in r), *(min(len(n), 6) for n in names)) + 1
     lines += ["", "confusion matrix (rows: true, columns: predicted)",
               " " * width + "".join(f"{n[:cell - 1]:>{cell}}" for n in names)]
     for name, row in zip(names, result["confusion"]):
         lines.append(f"{name:<{width}}" + "".join(f"{v:>{cell}}" for v in row))
     return "\n".join(lines)
+
+
+def _most_confused_lines(top: dict[str, Any] | None) -> list[str]:
+    """Many classes: the pairs most often confused, instead of a matrix too wide for any terminal."""
+    if not top:
+        return []
+    lines = ["", f"most often confused, of {top['misclassified']} misclassified examples (true -> predicted: "
+                 f"examples; no matrix for {top['classes_total']} classes, eval.json holds the most-confused "
+                 f"classes' block):"]
+    lines += [f"  {p['true']} -> {p['predicted']}: {p['count']}" for p in top["pairs"]]
+    return lines
 
 
 # ----------------------------------------------------------------------------- command

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchwise.file_names import shown
-from torchwise.report import plots
+from torchwise.report import many_classes, plots
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -78,12 +78,40 @@ def _evaluation(evaluation: dict[str, Any], class_names: Sequence[str]) -> str:
                          + "</div>")
         return "".join(parts)
     per_class = evaluation["per_class"]
+    if many_classes.is_many(len(per_class)) or "confusion" not in evaluation:
+        return _many_classes(evaluation)
     rows = [[r["class"], r["precision"], r["recall"], r["f1"], r["support"]] for r in per_class]
     return ("<h3>Confusion matrix</h3>" + '<div class="plots">'
             + _img(plots.confusion_png(evaluation["confusion"], class_names), "confusion matrix") + "</div>"
             + "<h3>Per-class precision and recall</h3>" + '<div class="plots">'
             + _img(plots.per_class_png(per_class), "per-class precision and recall") + "</div>"
             + _table(["class", "precision", "recall", "f1", "support"], rows))
+
+
+def _many_classes(evaluation: dict[str, Any]) -> str:
+    """The summarised evaluation of a run with many classes (report/many_classes.py says what and why)."""
+    per_class = evaluation["per_class"]
+    parts = []
+    top = evaluation.get("confusion_top")
+    if top:
+        parts += [f"<h3>Confusion matrix: the {len(top['classes'])} most-confused classes of "
+                  f"{top['classes_total']:,}</h3>", f'<p class="muted">{_esc(many_classes.confusion_note(top))}</p>',
+                  '<div class="plots">' + _img(plots.confusion_png(
+                      top["matrix"], top["classes"], [*top["classes"], "(other classes)"],
+                      title=f"confusion matrix, {len(top['classes'])} most-confused classes (validation)"),
+                      "confusion matrix of the most-confused classes") + "</div>",
+                  "<h3>Most often confused pairs</h3>",
+                  _table(["true", "predicted", "examples"], [[p["true"], p["predicted"], p["count"]]
+                                                            for p in top["pairs"]], left=2)]
+    worst = many_classes.worst_classes(per_class)
+    rows = [[r["class"], r["precision"], r["recall"], r["f1"], r["support"]] for r in worst]
+    parts += [f"<h3>Per-class precision and recall: the {len(worst)} worst classes of {len(per_class):,}</h3>",
+              f'<p class="muted">{_esc(many_classes.per_class_note(per_class, len(worst)))}</p>',
+              '<div class="plots">' + _img(plots.score_spread_png(per_class), "per-class scores of all classes")
+              + _img(plots.per_class_png(worst, title=f"the {len(worst)} classes with the lowest F1 (validation)"),
+                     "per-class precision and recall of the worst classes") + "</div>",
+              _table(["class", "precision", "recall", "f1", "support"], rows)]
+    return "".join(parts)
 
 
 def _worst(worst: Sequence[dict[str, Any]]) -> str:
@@ -106,9 +134,12 @@ def _data(summary: dict[str, Any]) -> str:
     train, val = summary.get("train_counts") or {}, summary.get("val_counts") or {}
     if train or val:
         names = list(train or val)
-        parts.append("<h3>Class counts</h3>" + _table(
-            ["class", "train", "val"], [[n, train.get(n, 0), val.get(n, 0)] for n in names]
-            + [["total", sum(train.values()), sum(val.values())]]))
+        rows, note = [[n, train.get(n, 0), val.get(n, 0)] for n in names], ""
+        if many_classes.is_many(len(names)):  # the smallest and largest classes, and what was left out
+            rows, note = many_classes.class_count_rows(train, val)
+            note = f'<p class="muted">{_esc(note)}</p>'
+        parts.append("<h3>Class counts</h3>" + note + _table(
+            ["class", "train", "val"], rows + [["total", sum(train.values()), sum(val.values())]]))
     warnings = summary.get("warnings") or []
     if warnings:  # what the data scan could read but a person should know (rare classes, guessed decimal marks)
         parts.append(f"<h3>Data warnings: {len(warnings)}</h3><ul>"

@@ -80,34 +80,56 @@ def curve_png(rows: Sequence[dict[str, Any]], keys: Sequence[str], *, title: str
     return _png(fig)
 
 
-def confusion_png(matrix: Sequence[Sequence[int]], class_names: Sequence[str]) -> bytes:
+def confusion_png(matrix: Sequence[Sequence[int]], class_names: Sequence[str], columns: Sequence[str] | None = None,
+                  title: str = "confusion matrix (validation)") -> bytes:
+    """Rows: the true classes (`class_names`); columns: `columns` (default: the same classes), which may add
+    one, such as the summarised matrix's "other classes"."""
     import numpy as np
 
     plt = _pyplot()
     m = np.asarray(matrix, dtype=float)
-    n = len(class_names)
-    side = min(12.0, 2.5 + 0.45 * n)
+    columns = list(class_names if columns is None else columns)
+    n, n_cols = len(class_names), len(columns)
+    side = min(12.0, 2.5 + 0.45 * max(n, n_cols))
     fig, ax = plt.subplots(figsize=(side, side * 0.85))
     # Colour by the share of each true class (row), so small classes are as visible as large ones.
     share = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
     image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
     fig.colorbar(image, ax=ax, fraction=0.046, label="share of the true class")
-    tilt = n > 6 and max(len(str(c)) for c in class_names) > 3  # long names would overlap
-    ax.set_xticks(range(n), [str(c) for c in class_names], rotation=45 if tilt else 0, ha="right" if tilt else "center")
+    tilt = n_cols > 6 and max(len(str(c)) for c in columns) > 3  # long names would overlap
+    ax.set_xticks(range(n_cols), [str(c) for c in columns], rotation=45 if tilt else 0,
+                  ha="right" if tilt else "center")
     ax.set_yticks(range(n), [str(c) for c in class_names])
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    if n <= 25:
+    if max(n, n_cols) <= 31:
         for i in range(n):
-            for j in range(n):
+            for j in range(n_cols):
                 if m[i, j]:
-                    ax.text(j, i, f"{int(m[i, j])}", ha="center", va="center", fontsize=8,
+                    ax.text(j, i, f"{int(m[i, j])}", ha="center", va="center", fontsize=8 if n <= 25 else 6,
                             color="white" if share[i, j] > 0.5 else "black")
-    ax.set_title("confusion matrix (validation)")
+    ax.set_title(title)
     return _png(fig)
 
 
-def per_class_png(per_class: Sequence[dict[str, Any]]) -> bytes:
+def score_spread_png(per_class: Sequence[dict[str, Any]]) -> bytes:
+    """How the per-class F1 and recall spread over all classes (with validation examples): one picture for
+    any number of classes, where a bar per class stops being readable."""
+    plt = _pyplot()
+    rows = [row for row in per_class if row.get("support", 0) > 0]
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    bins = [i / 20 for i in range(21)]
+    ax.hist([[row["f1"] for row in rows], [row["recall"] for row in rows]], bins=bins, label=["F1", "recall"])
+    ax.set_xlabel("per-class score")
+    ax.set_ylabel("classes")
+    ax.set_title(f"per-class scores of {len(rows):,} classes (validation)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    return _png(fig)
+
+
+def per_class_png(per_class: Sequence[dict[str, Any]], title: str = "per-class precision and recall (validation)"
+                  ) -> bytes:
     plt = _pyplot()
     names = [str(row["class"]) for row in per_class]
     n = len(names)
@@ -119,7 +141,7 @@ def per_class_png(per_class: Sequence[dict[str, Any]]) -> bytes:
     ax.set_xticks(range(n), names, rotation=45 if tilt else 0, ha="right" if tilt else "center")
     ax.set_ylim(0, 1.2)  # headroom so the legend never covers a bar
     ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    ax.set_title("per-class precision and recall (validation)")
+    ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper right", ncol=2)
     return _png(fig)
