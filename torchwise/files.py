@@ -158,9 +158,14 @@ def link_out_error(links: list[tuple[Path, str]], root: Path) -> TorchwiseError:
             "run folder; to keep a run on another disk, make the run folder itself the link")
 
 
+# Folders of the run that other tools write themselves, with links of their own (W&B links its debug logs to
+# its cache): the folder itself is checked, its contents are theirs.
+OTHER_TOOLS_FOLDERS = ("wandb", "mlruns")
+
+
 def links_out(root: Path) -> list[tuple[Path, str]]:
     """Every symbolic link under `root` (not followed: a linked folder is listed, not entered) that resolves
-    outside where `root` resolves, with its resolved target."""
+    outside where `root` resolves, with its resolved target; OTHER_TOOLS_FOLDERS are not entered."""
     root_real = os.path.realpath(root)
     found = []
     for folder, dirs, names in os.walk(root):
@@ -168,6 +173,8 @@ def links_out(root: Path) -> list[tuple[Path, str]]:
             path = os.path.join(folder, name)
             if os.path.islink(path) and not _inside(os.path.realpath(path), root_real):
                 found.append((Path(path), os.path.realpath(path)))
+        if folder == os.fspath(root):
+            dirs[:] = [d for d in dirs if d not in OTHER_TOOLS_FOLDERS]
     return found
 
 

@@ -131,6 +131,22 @@ def test_a_link_inside_the_run_folder_that_points_inside_is_fine(run):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_links_inside_the_folders_other_tools_write_are_theirs(run, outside):
+    """W&B links its debug logs to its cache, outside the run: its folder is checked, not its contents."""
+    from torchwise import files
+
+    (run / "wandb" / "offline-run-1" / "logs").mkdir(parents=True)
+    (run / "wandb" / "offline-run-1" / "logs" / "debug-core.log").symlink_to(outside / "precious.txt")
+    (run / "mlruns").mkdir()
+    (run / "mlruns" / "cache").symlink_to(outside)
+    assert files.links_out(run) == []
+    proc = tw("train", "--out", run, "--resume", "--epochs", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run / "wandb").rename(run.parent / "wandb-moved")
+    (run / "wandb").symlink_to(run.parent / "wandb-moved")
+    assert [link for link, _ in files.links_out(run)] == [run / "wandb"]
+
+
 def test_eval_into_the_run_folder_through_a_link_out_is_refused(run, outside, tmp_path):
     _link(run / "eval.json", outside / "precious.txt")
     refused(tmp_path, "eval", "--run", run, must_say=("symbolic link that leads out of it", str(run / "eval.json")))
