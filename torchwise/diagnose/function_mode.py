@@ -197,8 +197,16 @@ class FunctionMode(TorchFunctionMode):
             self.optim_steps.note_manual_update(args)
         if not (self.deep.active or w.in_loss_scope) or (
                 (self.optim_steps.in_step or self.models.stack) and not torch.is_grad_enabled()):
-            # (the optimizer's own update, and a model's layers under no_grad: nothing a detector reads)
-            return _call_torch(func, args, kwargs)
+            # (the optimizer's own update, and a model's layers under no_grad: nothing a detector reads, but where
+            # a no_grad model output made inside a forward goes: its .detach() and .chunk() are the targets)
+            if not (self.deep.active and self.models.stack and w.objective.makers_noted):
+                return _call_torch(func, args, kwargs)
+            out = _call_torch(func, args, kwargs)
+            try:
+                w.objective.on_call(func, args, kwargs, out)
+            except Exception as exc:  # a checker must never break the user's program
+                w.health.internal_error("function mode", exc)
+            return out
         out = _call_torch(func, args, kwargs)
         deep = self.deep
         if deep.op_hunt or (w.check_mode and deep.nonfinite_op is None and func in _NAN_PRONE):
@@ -208,6 +216,8 @@ class FunctionMode(TorchFunctionMode):
         self.analysed += 1
         try:
             w.objective.on_call(func, args, kwargs, out)
+            if self.models.outputs.waiting:
+                self.models.outputs.on_call(args, kwargs)
             source = w.objective.on_loss_term(func, args, kwargs, out, tokens=self.loss_watch.token_targets) \
                 if func in LOSS_TARGET_ARG else None
             kind = _LOSS_KINDS.get(func)

@@ -21,6 +21,7 @@ from torchwise.diagnose.tensors import all_finite, compiling, first_dense_input,
 from torchwise.diagnose.user_code import is_user_file, user_where, where_defined
 from torchwise.diagnose.health import CheckerHealth
 from torchwise.diagnose.objective import Objectives
+from torchwise.diagnose.output_reads import OutputReads
 from torchwise.diagnose.watch_parts import DeepView, InputsView, PassesView, RootInfo, StepsView
 from torchwise.models.structure import behaves_by_mode, has_convolutions
 
@@ -64,6 +65,7 @@ class ModelHooks:
         self._not_roots: set[int] = set()
         self.unregistered: dict[int, dict] = {}
         self.called: set[int] = set()  # modules seen running in a forward with gradients (deep steps)
+        self.outputs = OutputReads()  # which layers' outputs anything read (no-gradient-flow's evidence)
         self.relu: dict[Any, dict] = {}
         self.bn_batches: list[int] = []
         self.bn_counts: dict[int, dict] = {}  # id(BatchNorm) -> its name and (batch, values per channel) per forward
@@ -180,6 +182,9 @@ class ModelHooks:
             graph_uses.on_root_output(self.w, module, out)
         if isinstance(module, nn.ReLU) and isinstance(out, torch.Tensor) and module.training:
             self._record_relu(module, out, self.module_name(module))
+        if module._parameters and self.deep.active and not self.light_forward and self.w.function_mode is not None \
+                and torch.is_grad_enabled():
+            self.outputs.made_by(id(module), out)  # the function mode sees what reads it
         if self.deep.nonfinite_culprit is None and isinstance(out, torch.Tensor) and out.is_floating_point() \
                 and (self.w.check_mode or self.deep.first_nonfinite_loss_step is not None):
             if not all_finite(out):
@@ -249,6 +254,10 @@ class ModelHooks:
         stack = self.stack
         if len(stack) > 1 and stack[-1] is module and not torch.is_grad_enabled():
             stack.pop()  # a layer inside a model's forward under no_grad (see mod_pre)
+            if id(module) in self.roots and module.training and self.deep.active:
+                # a model run under no_grad inside another's forward (BYOL's target network inside BYOL.forward):
+                # is its output a training target or an evaluation? Followed like a top-level model's
+                self.w.objective.note_model_output(out, maker=id(module))
             return
         try:
             with quiet():

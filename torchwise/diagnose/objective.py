@@ -93,6 +93,7 @@ class Objectives:
         self.per_opt: dict[int, Counter] = {}   # id(optimizer) -> Counter of its backward()s' kinds
         self.opt_names: dict[int, str] = {}
         self.target_makers: set[int] = set()    # models whose no_grad train-mode output became a loss's target
+        self.makers_noted = False               # some model's no_grad train-mode output has been tagged
 
     # ------------------------------------------------------------------ evidence
 
@@ -123,6 +124,7 @@ class Objectives:
         """maker: the id of the model that made `out` under no_grad in train mode; a loss target computed from it
         puts it in target_makers (its no_grad forwards make training targets, not evaluations)."""
         tag = "model" if maker is None else f"model@{maker}"
+        self.makers_noted = self.makers_noted or maker is not None
         for t in _tensors(out):
             self._remember(t, tag)
             _tag_node(t, _OUT_KEY, "out")
@@ -155,6 +157,11 @@ class Objectives:
             if not tags:
                 return
             tag = _combined(tags, untagged)
+            if tag.startswith("model@") and torch.is_grad_enabled() and _carries_grad(args, kwargs):
+                # a no_grad output combined with one that carries gradients (BYOL's target projection times the
+                # online prediction, a frozen backbone's features into a trained head): its model makes what
+                # training learns from, whatever loss the script wrote by hand
+                self.target_makers.update(int(m) for m in tag[6:].split(","))
         for t in _tensors(out):
             self._remember(t, tag)
 
@@ -310,6 +317,14 @@ def _params_only(node, budget: int = 48) -> bool:
             return False
         stack.extend(m for m, _ in n.next_functions)
     return True
+
+
+def _carries_grad(args: tuple, kwargs: dict) -> bool:
+    for a in (*args, *(kwargs or {}).values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return True
+    return False
 
 
 def _combined(tags: set[str], untagged: bool) -> str:

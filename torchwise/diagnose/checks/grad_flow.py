@@ -35,8 +35,10 @@ def _params_without_gradient(w, partial: list[dict]) -> list[Finding]:
     owned = {pid for info in w.models.roots.values() for pid in info.param_names}
     ids = set.intersection(*(e["ids"] for e in partial)) & owned  # not: params left behind by a replaced layer
     used, unused = [], []
+    reads = w.models.outputs
     for info in w.models.roots.values():
-        ran = {name for mid, name in info.names.items() if mid in w.models.called}
+        # a layer that ran but whose output nothing read computes nothing the loss depends on: as if it never ran
+        ran = {name for mid, name in info.names.items() if mid in w.models.called and not reads.unread(mid)}
         for pid, name in info.param_names.items():
             if pid in ids:
                 (used if name.rpartition(".")[0] in ran else unused).append(info.label + "." + name)
@@ -53,10 +55,12 @@ def _params_without_gradient(w, partial: list[dict]) -> list[Finding]:
     return [Finding("no-gradient-flow", where=w.optim_steps.step_where, severity="info",
                     maybe_fine=_UNUSED_LAYERS,
                     message=f"{len(unused)} of {partial[-1]['total']} parameter tensors never receive a gradient "
-                            f"({len(partial)} checked steps), and their layers never ran in a forward: {listed}.",
+                            f"({len(partial)} checked steps), and their layers never ran in a forward, or ran and nothing read "
+                            f"what they computed: {listed}.",
                     evidence={"parameters": names[:20], "count": len(unused)})]
 
 
-_UNUSED_LAYERS = ("Layers that are built but never called (a leftover, a backbone kept beside the copy that is used) "
-                  "change nothing the model computes; they cost memory, and DistributedDataParallel needs "
+_UNUSED_LAYERS = ("Layers that are built but never called (a leftover, a backbone kept beside the copy that is used), "
+                  "or called with their output thrown away (a head after the layer a forward hook reads features "
+                  "from), change nothing the loss depends on; they cost memory, and DistributedDataParallel needs "
                   "find_unused_parameters=True for them. If a layer should be used, call it in forward.")

@@ -101,7 +101,8 @@ def _unregistered_submodules(w) -> tuple[list[Finding], set[int]]:
         by_root.setdefault(id(rec["root"]), []).append(rec)
     for recs in by_root.values():
         root = recs[0]["root"]
-        recs = [r for r in recs if not _registered_another_way(r["ref"], root.param_names)]
+        recs = [r for r in recs if not _registered_another_way(r["ref"], root.param_names)
+                and not _registered_since(r["ref"], root.module)]
         if not recs:
             continue
         holder = None
@@ -121,6 +122,13 @@ def _unregistered_submodules(w) -> tuple[list[Finding], set[int]]:
                            evidence={"layers": len(recs), "parameters": n_params, "held_in": holder,
                                      "built_in_forward": fresh}))
     return out, unreg_param_ids
+
+
+def _registered_since(layer, root) -> bool:
+    """A layer built on the first forward and assigned as an attribute then (a projector made lazily, once):
+    a sub-module by the end, trained and saved like any other (params-not-in-optimizer says so if the optimizer
+    was made before it)."""
+    return any(m is layer for m in root.modules())
 
 
 def _registered_another_way(layer, registered: dict[int, str]) -> bool:
