@@ -48,6 +48,19 @@ def _no_queue() -> float:
     return 0.0
 
 
+def blocked_count() -> int:
+    """The times this thread gave up its core to wait (a file read, a worker's queue, a lock) plus the page faults
+    that read from disk: a wait with none of them was spent on the CPU or off it for reasons not its own (another
+    process had the core, the machine's CPU quota ran out)."""
+    import resource
+
+    try:
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+    except (AttributeError, OSError, ValueError):  # (no RUSAGE_THREAD outside Linux: every wait counts as blocked)
+        return 0
+    return usage.ru_nvcsw + usage.ru_majflt
+
+
 class _PassIter:
     """Wraps a DataLoader iterator: times each batch and marks the current pass."""
 
@@ -72,6 +85,7 @@ class _PassIter:
         passes = self._passes
         queue = run_queue_seconds if passes.w.check_mode else _no_queue  # a file read: not in the Trainer's loop
         t0, c0, q0 = time.perf_counter(), time.process_time(), queue()
+        b0 = blocked_count() if passes.w.check_mode else -1
         # the batch is made with the checker's function mode out of the way: the watcher's checks concern the
         # model's step, and its per-call cost on a transform's tensor ops would make the wait look longer
         # than it is without the checker
@@ -90,6 +104,7 @@ class _PassIter:
             info.waits.append(t1 - t0)
             info.cpu_waits.append(time.process_time() - c0)
             info.queued_waits.append(queue() - q0)
+            info.blocked_waits.append(1 if b0 < 0 or blocked_count() > b0 else 0)
         info.last_return = t1
         info.n_batches += 1
         if len(info.batch_sizes) < 100_000:

@@ -47,6 +47,7 @@ class PassInfo:
     waits: list = field(default_factory=list)
     cpu_waits: list = field(default_factory=list)  # the process's CPU time during each wait (0: I/O or sleep)
     queued_waits: list = field(default_factory=list)  # time the loading thread waited for a core in each wait
+    blocked_waits: list = field(default_factory=list)  # 1 where the loading thread blocked (I/O, a worker's queue)
     gaps: list = field(default_factory=list)
     last_return: float | None = None
     ended: bool = False

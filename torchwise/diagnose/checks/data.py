@@ -200,6 +200,7 @@ def _loader_speed(w) -> list[Finding]:
         if p.steps < 3 or len(p.waits) < 5:
             continue
         waits, gaps, cpu, queued = p.waits[2:], p.gaps[2:], p.cpu_waits[2:], p.queued_waits[2:]
+        blocked = p.blocked_waits[2:]
         if not gaps:
             continue
         med_wait = statistics.median(waits)
@@ -212,16 +213,26 @@ def _loader_speed(w) -> list[Finding]:
             # a busy machine stretches the wall time of CPU work, and the time spent waiting for a core is
             # not I/O: the wait is "busy" when it is this process's CPU work or its turn for a core
             busy_share = (sum(cpu) + sum(queued)) / max(sum(waits), 1e-9)
-            hint = _trains_on_cpu(w) and busy_share > 0.3
+            # a wait that is neither this process's work nor a block on I/O (no thread gave up its core, no page
+            # read from disk) is time the machine gave elsewhere: nothing a worker would change
+            blocked_share = sum(blocked) / max(len(blocked), 1)
+            on_cpu = _trains_on_cpu(w)
+            hint = _CPU_BOUND_LOADING if on_cpu and busy_share > 0.3 else \
+                _MACHINE_WAIT if on_cpu and blocked_share < 0.5 else ""
             return [Finding("dataloader-bottleneck", where=p.site, severity="info" if hint else "",
-                            maybe_fine=_CPU_BOUND_LOADING if hint else "",
+                            maybe_fine=hint,
                             message=f"{frac:.0%} of each training step is spent waiting for the next batch "
                                     f"({med_wait * 1000:.1f} ms median per batch; num_workers={nw}).",
                             evidence={"wait_fraction": frac, "median_wait_ms": med_wait * 1000, "num_workers": nw,
                                       "cpu_share_of_wait": round(cpu_share, 2),
-                                      "queued_share_of_wait": round(busy_share - cpu_share, 2)})]
+                                      "queued_share_of_wait": round(busy_share - cpu_share, 2),
+                                      "blocked_share_of_waits": round(blocked_share, 2)})]
     return []
 
+
+_MACHINE_WAIT = ("The loading thread neither worked nor blocked on I/O for most of the wait: the machine gave the time to "
+                 "something else (other processes on the cores, a CPU quota). More workers would not make the batch "
+                 "sooner; on a quiet machine the wait may be gone.")
 
 _CPU_BOUND_LOADING = ("The model trains on the CPU and making the batch is CPU work of this process (transforms, "
                       "decoding): loading and computing share the same cores, so with a small model the batch "

@@ -16,8 +16,9 @@ loader = DataLoader(ds, batch_size=64, shuffle=True,
     maybe_fine=(""),
     evidence=("time waiting in the loader's __next__ vs the whole step"),
     applies_to=ALL_OBJECTIVES,
-    harm=('The run is harmed: the step waits for the loader most of the time (measured), and the wait is I/O or '
-          'leaves an accelerator idle, so more workers surely help; otherwise an info hint.'),
+    harm=('The run is harmed: the step waits for the loader most of the time (measured), and the wait is I/O the '
+          'loading thread blocked on (it gave up its core, or read pages from disk) or leaves an accelerator idle, so '
+          'more workers surely help; CPU work of this process, or a wait the busy machine made, is an info hint.'),
     explains=(),
     decided_in='checks/data.py',
 )
