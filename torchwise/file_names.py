@@ -10,8 +10,9 @@ class names: the undecodable bytes read as Latin-1, which is what such names alm
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
-from typing import Any
+from typing import Any, Iterator
 
 READABLE = "torchwise_readable"  # an encoding error handler: sys.stdout.reconfigure(errors=READABLE)
 
@@ -78,3 +79,22 @@ def strict_utf8_path(folder: Any) -> tuple[str, int | None]:
         return path, None
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     return f"/proc/self/fd/{fd}", fd
+
+
+@contextlib.contextmanager
+def utf8_reachable(path: Any) -> Iterator[str]:
+    """`path` (an existing file) as a name that readers which encode names as strict UTF-8 can open (torch.load
+    with mmap=True and onnxruntime hand the name to C++): the name itself when it is UTF-8; else, on Linux,
+    /proc/self/fd/N/<file> through its folder opened for the block (files beside it, an ONNX model's external
+    data, are found there too), or /proc/self/fd/N of the file itself when its own name is not UTF-8."""
+    name = os.fsdecode(path)
+    if is_readable(name) or not os.path.isdir("/proc/self/fd"):
+        yield name
+        return
+    folder, base = os.path.split(name)
+    own = not is_readable(base)
+    fd = os.open(name, os.O_RDONLY) if own else os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}" if own else f"/proc/self/fd/{fd}/{base}"
+    finally:
+        os.close(fd)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from torchwise.errors import CheckpointError
+from torchwise.file_names import utf8_reachable
 
 # The attribute each wrapper keeps the wrapped model under; the classes are matched by name so
 # that neither torch._dynamo nor torch.distributed has to be imported to recognise them.
@@ -321,7 +322,8 @@ def load_state_dict(path: str | Path, map_location: str | torch.device = "cpu") 
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(path), device=str(map_location))
+            with utf8_reachable(path) as name:  # (a file or folder named in Latin-1: Rust takes UTF-8 names only)
+                return load_file(name, device=str(map_location))
         except Exception as exc:  # SafetensorError, OSError: damaged in a way the size check cannot see
             raise _refuse("The safetensors file is damaged and cannot be read.", path, _DAMAGED,
                           reason=str(exc).splitlines()[0][:200], size=f"{path.stat().st_size} bytes") from None

@@ -53,7 +53,10 @@ def open_session(path: str | Path) -> Any:
         raise TorchwiseError(f"This file is {foreign}.", values={"path": str(path), "size": f"{size} bytes"},
                              fix="pass the .onnx file written by `torchwise export` (RUNDIR/export/model.onnx)")
     try:
-        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        from torchwise.file_names import utf8_reachable
+
+        with utf8_reachable(path) as name:  # (a folder named in Latin-1: onnxruntime takes UTF-8 names only)
+            return ort.InferenceSession(name, providers=["CPUExecutionProvider"])
     except Exception as exc:  # InvalidProtobuf, Fail, NoSuchFile (external data): onnxruntime's own classes
         if is_out_of_memory(exc):  # a whole file that does not fit is not a damaged one
             raise out_of_memory(exc, f"loading the ONNX model ({size} bytes) into onnxruntime", path=str(path),

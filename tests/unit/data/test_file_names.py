@@ -71,3 +71,19 @@ def test_strict_utf8_path_reaches_a_latin1_folder(tmp_path):
         if fd is not None:
             os.close(fd)
     assert strict_utf8_path(tmp_path) == (str(tmp_path), None)
+
+
+def test_utf8_reachable_opens_files_under_latin1_folders_and_names(tmp_path):
+    import torch
+
+    from torchwise.file_names import utf8_reachable
+
+    folder = tmp_path / os.fsdecode(b"r\xe9s")
+    folder.mkdir()
+    for base in ("state.pt", LATIN1 + ".pt"):
+        torch.save({"x": torch.arange(3)}, folder / base)
+        with utf8_reachable(folder / base) as name:
+            name.encode("utf-8")  # what C++ readers do with it
+            assert torch.equal(torch.load(name, weights_only=True, mmap=True)["x"], torch.arange(3))
+    with utf8_reachable(tmp_path / "plain.pt") as name:
+        assert name == str(tmp_path / "plain.pt")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Any
 
@@ -13,6 +14,7 @@ class TensorBoardLogger:
 
     def __init__(self) -> None:
         self.writer: Any = None
+        self._dir_fd: int | None = None
 
     def start(self, run: RunInfo) -> None:
         if run.run_dir is None:
@@ -32,7 +34,12 @@ class TensorBoardLogger:
         purge = run.resume_step
         if purge is not None and run.resume_rows and run.resume_rows[-1].get("step") == purge:
             purge += 1
-        self.writer = SummaryWriter(log_dir=str(run.run_dir / "tb"), purge_step=purge)
+        from torchwise.file_names import strict_utf8_path
+
+        # TensorBoard encodes its path as strict UTF-8: a run folder named in Latin-1 is reached through an open
+        # descriptor of tb/ (held until finish)
+        log_dir, self._dir_fd = strict_utf8_path(run.run_dir / "tb")
+        self.writer = SummaryWriter(log_dir=log_dir, purge_step=purge)
 
     def scalars(self, step: int, values: dict[str, Any], prefix: str) -> None:
         if self.writer is None:
@@ -52,3 +59,6 @@ class TensorBoardLogger:
             self.writer.flush()
             self.writer.close()
             self.writer = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None

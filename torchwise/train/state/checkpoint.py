@@ -31,6 +31,7 @@ import torch
 
 from torchwise import files
 from torchwise.errors import CheckpointError, TorchwiseError
+from torchwise.file_names import utf8_reachable
 
 PREFIX = "step-"
 MARKER = "COMPLETE"
@@ -139,7 +140,8 @@ def unreadable_reason(path: Path) -> str | None:
 
 def read_state(path: Path, *, mmap: bool = False) -> dict[str, Any]:
     """state.pt read with the safe unpickler (weights_only=True: tensors and plain containers, no code)."""
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True, mmap=mmap)
+    with utf8_reachable(path / "state.pt") as name:  # (a run folder named in Latin-1: C++ takes UTF-8 names only)
+        state = torch.load(name, map_location="cpu", weights_only=True, mmap=mmap)
     if not isinstance(state, dict):
         raise ValueError(f"it holds a {type(state).__name__}, not the checkpoint's dict of states")
     return state
@@ -326,7 +328,8 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
                               fix="Resume from an earlier checkpoint (resume=True takes the newest readable one).")
     name = "model.safetensors"
     try:
-        weights = load_file(str(path / name), device=str(map_location))
+        with utf8_reachable(path / name) as file_name:  # (a run folder named in Latin-1: Rust takes UTF-8 only)
+            weights = load_file(file_name, device=str(map_location))
         # Optimizer.load_state_dict moves its state to the parameters' device by itself, and RNG states
         # must stay on the CPU, so the rest of the state is always read onto the CPU.
         name = "state.pt"

@@ -279,12 +279,15 @@ class RunFiles:
             return
         from safetensors import safe_open
 
-        with safe_open(str(path), "pt") as fh:
+        from torchwise.file_names import utf8_reachable
+
+        with utf8_reachable(path) as name, safe_open(name, "pt") as fh:  # (Rust takes UTF-8 names only)
             step = int((fh.metadata() or {}).get("step", -1))
         if step == self.run.best.step and not is_sharded(self.run.model):
             from safetensors.torch import load_file
 
-            self.best_state = load_file(str(path))
+            with utf8_reachable(path) as name:
+                self.best_state = load_file(name)
 
     def finish(self) -> Path | None:
         run = self.run
