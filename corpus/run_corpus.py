@@ -70,6 +70,10 @@ class Outcome:
     plain_s: float = 0.0
     check_rc: int | None = None
     check_s: float = 0.0
+    # CPU seconds (user + system) of each run and its children: on a loaded machine the wall times mostly
+    # measure the other load, the CPU times still measure the work
+    plain_cpu: float = 0.0
+    check_cpu: float = 0.0
     findings: list[dict] = dataclasses.field(default_factory=list)
     coverage: dict = dataclasses.field(default_factory=dict)
     output_changed: bool = False
@@ -184,6 +188,13 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _run(cmd: list[str], cwd: Path, timeout: int, env: dict) -> tuple[int | None, float, str, str]:
     t0 = time.perf_counter()
     try:
@@ -206,8 +217,9 @@ def run_program(p: Program, *, full: bool = False, strict: bool = True, keep: Pa
         plain_dir, check_dir = Path(tmp) / "plain", Path(tmp) / "check"
         shutil.copytree(p.folder, plain_dir)
         shutil.copytree(p.folder, check_dir)
+        cpu0 = _children_cpu()
         rc, secs, stdout_plain, err_plain = _run([sys.executable, "train.py", *p.args], plain_dir, p.timeout_s, env)
-        out.plain_rc, out.plain_s = rc, secs
+        out.plain_rc, out.plain_s, out.plain_cpu = rc, secs, _children_cpu() - cpu0
         if rc != 0:
             out.note = f"the plain run exits {rc}: " + (err_plain.strip().splitlines() or [""])[-1][:200]
         report = Path(tmp) / "report.json"
@@ -217,8 +229,9 @@ def run_program(p: Program, *, full: bool = False, strict: bool = True, keep: Pa
             check_env["TORCHWISE_CHECK_STRICT"] = "1"  # a detector's own failure fails the run (issue 15)
         cmd = [sys.executable, "-m", "torchwise", "check", "--max-steps", str(max_steps), "--report", str(report),
                "--", "python", "train.py", *p.args]
+        cpu0 = _children_cpu()
         rc, secs, stdout_check, err_check = _run(cmd, check_dir, p.timeout_s * 2 + 60, check_env)
-        out.check_rc, out.check_s = rc, secs
+        out.check_rc, out.check_s, out.check_cpu = rc, secs, _children_cpu() - cpu0
         if report.exists():
             data = json.loads(report.read_text(encoding="utf-8"))
             out.findings = data.get("findings", [])
@@ -270,14 +283,16 @@ def totals(outcomes: list[Outcome], full: bool) -> dict:
     ran = [o for o in outcomes if not o.skipped]
     correct = [o for o in ran if o.program.kind == "correct"]
     buggy = [o for o in ran if o.program.kind == "buggy"]
-    ratios = sorted(o.check_s / o.plain_s for o in ran
-                    if o.plain_s > 0 and o.plain_rc == 0 and o.check_rc in (0, 1) and not o.stopped)
+    timed = [o for o in ran if o.plain_s > 0 and o.plain_rc == 0 and o.check_rc in (0, 1) and not o.stopped]
+    ratios = sorted(o.check_s / o.plain_s for o in timed)
+    cpu_ratios = sorted(o.check_cpu / o.plain_cpu for o in timed if o.plain_cpu > 0)
     return {
         "programs": len(outcomes), "skipped": len(outcomes) - len(ran),
         "correct": len(correct), "correct_with_warning": sum(bool(o.warnings) for o in correct),
         "buggy": len(buggy), "buggy_caught": sum(o.verdict == "caught" for o in buggy),
         "broken": sum(o.broken for o in ran), "not_judged": sum(o.not_judged for o in ran),
         "median_check_over_plain": ratios[len(ratios) // 2] if ratios else None,
+        "median_check_over_plain_cpu": cpu_ratios[len(cpu_ratios) // 2] if cpu_ratios else None,
         "slowdown_runs": len(ratios),  # programs check ran to their end: their times compare
     }
 
@@ -305,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in progs:
         o = run_program(p, full=args.full, keep=Path(args.keep) if args.keep else None)
         outcomes.append(o)
-        print(f"  {p.name}: {o.verdict}  ({o.plain_s:.1f} s plain, {o.check_s:.1f} s check)"
+        print(f"  {p.name}: {o.verdict}  ({o.plain_s:.1f} s plain, {o.check_s:.1f} s check; CPU {o.plain_cpu:.1f} s, "
+              f"{o.check_cpu:.1f} s)"
               + (f"  [{o.note}]" if o.note else ""), flush=True)
     print()
     print(table(outcomes))
@@ -318,10 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     if med is not None:
         print(f"median check time / plain time: {med:.2f} over the {t['slowdown_runs']} programs check ran to "
               "their end (both times include starting Python and importing torch)")
+    if t["median_check_over_plain_cpu"] is not None:
+        print(f"median check CPU time / plain CPU time: {t['median_check_over_plain_cpu']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"totals": t, "programs": [
             {"name": o.program.name, "split": o.program.split, "repo": o.program.repo, "kind": o.program.kind, "expect": o.program.expect, "found": o.warnings,
              "info": o.infos, "verdict": o.verdict, "plain_s": o.plain_s, "check_s": o.check_s,
+             "plain_cpu": o.plain_cpu, "check_cpu": o.check_cpu,
              "plain_rc": o.plain_rc, "check_rc": o.check_rc, "note": o.note, "coverage": o.coverage}
             for o in outcomes]}, indent=2), encoding="utf-8")
     bad = t["broken"] or t["correct_with_warning"] > 1 or (t["buggy"] and t["buggy_caught"] < 0.9 * t["buggy"])
