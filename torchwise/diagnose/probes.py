@@ -46,7 +46,7 @@ class SchedulerCalls:
     lr_first: float | None = None
     lr_last: float | None = None
     calls: int = 0                    # the script's step() calls in all
-    collapse_at: int | None = None    # the call at which the LR first stood below 1/100 of its start
+    collapse_at: int | None = None    # the call at which the LR first stood at 1/100 of its start or below
     ended_at_step: int | None = None  # optimizer steps when the last call came
 
 
@@ -140,7 +140,8 @@ class CallProbes:
         rec.lr_first = lr if rec.lr_first is None else rec.lr_first
         rec.lr_last = lr
         rec.calls += 1
-        if rec.collapse_at is None and rec.lr_first and lr < rec.lr_first / 100:
+        # (at or below: two decays by 0.1 reach exactly 1/100, give or take the float's last bit)
+        if rec.collapse_at is None and rec.lr_first and lr <= rec.lr_first / 100 * (1 + 1e-6):
             rec.collapse_at = rec.calls
         rec.ended_at_step = self.w.steps
         p = self.w.loaders.cur_pass

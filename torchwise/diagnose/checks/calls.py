@@ -68,10 +68,10 @@ def _per_batch_scheduler(rec, stopped: bool = False) -> Finding | None:
     if rec.collapse_at is not None and rec.collapse_at < 0.5 * rec.calls:
         return Finding("scheduler-stepped-per-batch",
                        f"{rec.kind}.step() ran {rec.per_pass[busiest]} times inside one pass over a {batches}-batch "
-                       f"training loader, and the LR fell below 1/100 of its start ({rec.lr_first:.3g}) after "
+                       f"training loader, and the LR fell to 1/100 of its start ({rec.lr_first:.3g}) after "
                        f"{rec.collapse_at} of the {rec.calls} scheduler steps{' seen' if stopped else ' of the run'}: "
                        f"the schedule ({horizon} steps) ends long before training does. LR last: {rec.lr_last:.3g}.",
-                       where=rec.where, evidence=evidence | {"lr below 1/100 at step": rec.collapse_at})
+                       where=rec.where, evidence=evidence | {"lr at 1/100 at step": rec.collapse_at})
     return None
 
 
