@@ -74,7 +74,7 @@ class ModelHooks:
         self._mode_paused_in_forward = False  # the function mode left the stack for a no_grad forward
         self.light_forward = False  # a model's forward in a light deep step runs now (deep_steps.LIGHT_AFTER_STEPS)
         self.last_train_rows: int | None = None  # rows of the last training forward (a loss of a hand-made batch)
-        self.eval_forwards = 0  # forwards under no_grad or in the eval phase (ReduceLROnPlateau's evidence)
+        self.eval_forwards = 0  # forwards under no_grad, in eval mode or in the eval phase (ReduceLROnPlateau's evidence)
         self._direct_frame: Any = None  # the frame of the last model.forward(x) called directly (see _direct_forward)
 
     def add_root(self, module: nn.Module) -> RootInfo:
@@ -342,9 +342,12 @@ class ModelHooks:
                 p.fwd_eval_mode += 1
             p.fwd_no_grad += not grad
         evaluating = (not grad) or self.w.phase_now == "eval"
+        if evaluating or not training:
+            # (a forward in eval mode with gradients on is an evaluation written without no_grad, as
+            # ReduceLROnPlateau's metric sees it: an eval_fn that calls model.eval() and returns the loss)
+            self.eval_forwards += 1
         if evaluating:
             self.loaders.eval_seen = True
-            self.eval_forwards += 1
             self.loaders.eval_since_epoch = True
             if training and info.has_mode_layers and grad:
                 self.w.hit("eval-mode-missing", info={"model": info.label})
