@@ -216,8 +216,7 @@ class FunctionMode(TorchFunctionMode):
         self.analysed += 1
         try:
             w.objective.on_call(func, args, kwargs, out)
-            if self.models.outputs.waiting:
-                self.models.outputs.on_call(args, kwargs)
+            self.models.outputs.on_call(args, kwargs, bool(self.models.stack))
             source = w.objective.on_loss_term(func, args, kwargs, out, tokens=self.loss_watch.token_targets) \
                 if func in LOSS_TARGET_ARG else None
             kind = _LOSS_KINDS.get(func)

@@ -41,7 +41,9 @@ def _params_without_gradient(w, partial: list[dict]) -> list[Finding]:
         ran = {name for mid, name in info.names.items() if mid in w.models.called and not reads.unread(mid)}
         for pid, name in info.param_names.items():
             if pid in ids:
-                (used if name.rpartition(".")[0] in ran else unused).append(info.label + "." + name)
+                # its layer ran, but no operation ever took the parameter itself: made for an option that is off
+                computed = name.rpartition(".")[0] in ran and not reads.never_read(pid)
+                (used if computed else unused).append(info.label + "." + name)
     if not used and not unused:
         return []
     names = used or unused
@@ -55,12 +57,12 @@ def _params_without_gradient(w, partial: list[dict]) -> list[Finding]:
     return [Finding("no-gradient-flow", where=w.optim_steps.step_where, severity="info",
                     maybe_fine=_UNUSED_LAYERS,
                     message=f"{len(unused)} of {partial[-1]['total']} parameter tensors never receive a gradient "
-                            f"({len(partial)} checked steps), and their layers never ran in a forward, or ran and nothing read "
-                            f"what they computed: {listed}.",
+                            f"({len(partial)} checked steps), and they compute nothing: their layers never ran in a forward, "
+                            f"ran with nothing reading what they computed, or no operation took them: {listed}.",
                     evidence={"parameters": names[:20], "count": len(unused)})]
 
 
 _UNUSED_LAYERS = ("Layers that are built but never called (a leftover, a backbone kept beside the copy that is used), "
                   "or called with their output thrown away (a head after the layer a forward hook reads features "
-                  "from), change nothing the loss depends on; they cost memory, and DistributedDataParallel needs "
+                  "from), and parameters made for an option that is off, change nothing the loss depends on; they cost memory, and DistributedDataParallel needs "
                   "find_unused_parameters=True for them. If a layer should be used, call it in forward.")
