@@ -50,7 +50,7 @@ class OutputReads:
             return
         for a in (*args, *kwargs.values()) if kwargs else args:
             for t in (a if isinstance(a, (list, tuple)) else (a,)):
-                if in_forward and type(t) is _Parameter:
+                if in_forward and isinstance(t, _Parameter):  # (subclasses too: quantised, sharded)
                     params.add(id(t))
                 rec = waiting.get(id(t))
                 if rec is not None and rec[0]() is t:
