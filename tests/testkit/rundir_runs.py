@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 import numpy as np
+import pytest
 from conftest import assert_clear_cli_error, tree_snapshot
 
 
@@ -73,3 +74,19 @@ def refused(where: Path, *args: object, must_say: tuple[str, ...] = ()) -> str:
     text = assert_clear_cli_error(proc, *must_say)
     assert tree_snapshot(where) == before, f"a refused command changed the disk:\n{text}"
     return text
+
+
+# The fixtures the run-directory tests share: a module imports them by name (pytest finds imported fixtures).
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    return make_data(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def base(data, tmp_path_factory) -> Path:
+    return make_base(data, tmp_path_factory)
+
+
+@pytest.fixture
+def run(base, tmp_path) -> Path:
+    return make_run(base, tmp_path)

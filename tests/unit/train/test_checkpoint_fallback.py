@@ -15,22 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_clear_api_error, tree_snapshot
-from testkit.rundir_runs import make_base, make_data, make_run, refused, tw
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
-    return make_data(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def base(data, tmp_path_factory) -> Path:
-    return make_base(data, tmp_path_factory)
-
-
-@pytest.fixture
-def run(base, tmp_path) -> Path:
-    return make_run(base, tmp_path)
+from testkit.rundir_runs import base, data, refused, run, tw  # noqa: F401  (fixtures)
 
 
 class Planted:
