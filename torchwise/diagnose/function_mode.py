@@ -46,6 +46,14 @@ _NAN_PRONE = {f for f in [getattr(torch, n, None) for n in _NAN_PRONE_NAMES]
               + [getattr(torch.Tensor, n, None) for n in ("__truediv__", "__rtruediv__", "__itruediv__",
                                                            "__pow__", "__rpow__", "__ipow__", "__mod__")]
               if f is not None}
+# torch calls made with gradients off (outside a model's layers and the optimizer's update, which are skimmed
+# already) analysed at most this many in a row: a rollout or replay collection under no_grad (PPO's 4,000
+# environment steps: ~370,000 distribution and tensor calls before one update) shows what its first calls show,
+# and its outputs reach no backward(); the rest passes through with only what a hand-written update needs. The
+# count starts again at every optimizer step and at every call made with gradients on (an update converting its
+# sampled batch), so that a target computed under no_grad for the next loss is still followed. An evaluation
+# pass stays far below it (a few calls per batch outside the model)
+NOGRAD_CALLS_IN_A_ROW = 20_000
 
 
 # --------------------------------------------------------------------------- warnings raised inside torch calls
@@ -186,6 +194,7 @@ class FunctionMode(TorchFunctionMode):
         self.deep = watcher.deep              # whether this step is a deep one; the NaN hunt
         self.active = True
         self.analysed = 0  # torch calls looked at beyond the NaN hunt (the cost cuts' tests count them)
+        self.nograd_run = 0  # of them, made with gradients off in a row (see NOGRAD_CALLS_IN_A_ROW)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -195,6 +204,8 @@ class FunctionMode(TorchFunctionMode):
             return func(*args, **kwargs)  # (dynamo must not trace the warnings swap; a batch being made is not the step)
         if self.optim_steps.manual_watch and func in _INPLACE_FUNCS:
             self.optim_steps.note_manual_update(args)
+        if self.nograd_run >= NOGRAD_CALLS_IN_A_ROW and not torch.is_grad_enabled():
+            return _call_torch(func, args, kwargs)
         if not (self.deep.active or w.in_loss_scope) or (
                 (self.optim_steps.in_step or self.models.stack) and not torch.is_grad_enabled()):
             # (the optimizer's own update, and a model's layers under no_grad: nothing a detector reads, but where
@@ -214,6 +225,7 @@ class FunctionMode(TorchFunctionMode):
         if self.models.light_forward and func not in _TOKEN_FUNCS:
             return out  # a model's layers in a light deep step: only the NaN hunt above, and its token encodings
         self.analysed += 1
+        self.nograd_run = 0 if torch.is_grad_enabled() else self.nograd_run + 1
         try:
             w.objective.on_call(func, args, kwargs, out)
             self.models.outputs.on_call(args, kwargs, bool(self.models.stack))

@@ -191,3 +191,42 @@ def test_the_deep_window_ends_once_its_call_budget_is_spent(monkeypatch):
     # (a step that turns the next one deep sees its own last call or two analysed)
     assert [i for i in range(first_off, 12) if per_step[i] > 10] == \
         [i for i in range(first_off, 12) if i % deep_every == 0], per_step
+
+
+def test_a_no_grad_rollout_is_analysed_up_to_its_budget_and_the_update_after_it_is_followed(monkeypatch):
+    """A replay collection under no_grad (thousands of environment steps between two updates) is analysed for its
+    first NOGRAD_CALLS_IN_A_ROW torch calls only; the update after it (a batch made with gradients on, a target
+    computed under no_grad from the model, the loss) is analysed, so the loss is still known to chase a target
+    the model makes. Counted calls, not time (the budget is made small here)."""
+    from torchwise.diagnose import function_mode
+    from torchwise.diagnose.watch import Watcher
+
+    monkeypatch.setattr(function_mode, "NOGRAD_CALLS_IN_A_ROW", 200)
+    torch.manual_seed(0)
+    q = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(q.parameters(), lr=0.01)
+    w = Watcher(check_mode=True).attach()
+    rollout, update = [], []
+    try:
+        for episode in range(3):
+            before = w.function_mode.analysed
+            with torch.no_grad():  # acting: a forward, an argmax and some arithmetic per environment step
+                for t in range(300):
+                    s = torch.randn(4)
+                    a = q(s).argmax().item()
+                    _ = (s * 0.99 + a).clamp(-1, 1).sum()
+            rollout.append(w.function_mode.analysed - before)
+            before = w.function_mode.analysed
+            x = torch.randn(32, 4)
+            with torch.no_grad():
+                target = torch.randn(32, 2) + 0.9 * q(x)
+            loss = torch.nn.functional.mse_loss(q(x), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            update.append(w.function_mode.analysed - before)
+    finally:
+        w.detach()
+    assert all(n == 200 for n in rollout), rollout  # 300 steps x 4+ calls each: cut at the budget, every episode
+    assert all(n >= 5 for n in update), update      # the batch, the target's max and sum, the loss: looked at
+    assert list(w.objective.kinds().values()) == ["bootstrapped"], w.objective.per_opt  # not "supervised"
