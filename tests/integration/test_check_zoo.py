@@ -66,7 +66,10 @@ def test_correct_script_has_no_finding(path):
     result = run_quietly(path)
     assert result.error is None, result.traceback
     assert result.steps > 0, f"{path.name}: stopped before its first optimizer step ({result.stop_reason})"
-    allowed = info_ok(path)
+    # the loader-wait hint is measured in wall time: a busy machine (the suite's other worker, a loaded CI host)
+    # makes the CPU-bound batch take most of a small step, so as an info it says something of the machine, not of
+    # the script; as a warning it would still fail here
+    allowed = info_ok(path) | {"dataloader-bottleneck"}
     unexpected = [f for f in result.findings if not (f.severity == "info" and f.id in allowed)]
     assert unexpected == [], "\n\n".join(f.render() for f in unexpected)
     # a failure inside a detector loses its evidence: a clean verdict must not rest on one
