@@ -194,7 +194,8 @@ class FunctionMode(TorchFunctionMode):
         self.deep = watcher.deep              # whether this step is a deep one; the NaN hunt
         self.active = True
         self.analysed = 0  # torch calls looked at beyond the NaN hunt (the cost cuts' tests count them)
-        self.nograd_run = 0  # of them, made with gradients off in a row (see NOGRAD_CALLS_IN_A_ROW)
+        self.nograd_run = 0  # of them, made with gradients off in a row (see NOGRAD_CALLS_IN_A_ROW) ...
+        self.run_step = 0    # ... since this optimizer step (w.steps): a new step starts a new run
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -204,10 +205,11 @@ class FunctionMode(TorchFunctionMode):
             return func(*args, **kwargs)  # (dynamo must not trace the warnings swap; a batch being made is not the step)
         if self.optim_steps.manual_watch and func in _INPLACE_FUNCS:
             self.optim_steps.note_manual_update(args)
-        if self.nograd_run >= NOGRAD_CALLS_IN_A_ROW and not torch.is_grad_enabled():
+        grad = torch.is_grad_enabled()
+        if self.nograd_run >= NOGRAD_CALLS_IN_A_ROW and not grad and self.run_step == w.steps:
             return _call_torch(func, args, kwargs)
         if not (self.deep.active or w.in_loss_scope) or (
-                (self.optim_steps.in_step or self.models.stack) and not torch.is_grad_enabled()):
+                (self.optim_steps.in_step or self.models.stack) and not grad):
             # (the optimizer's own update, and a model's layers under no_grad: nothing a detector reads, but where
             # a no_grad model output made inside a forward goes: its .detach() and .chunk() are the targets)
             if not (self.deep.active and self.models.stack and w.objective.makers_noted):
@@ -225,7 +227,10 @@ class FunctionMode(TorchFunctionMode):
         if self.models.light_forward and func not in _TOKEN_FUNCS:
             return out  # a model's layers in a light deep step: only the NaN hunt above, and its token encodings
         self.analysed += 1
-        self.nograd_run = 0 if torch.is_grad_enabled() else self.nograd_run + 1
+        grad_after = torch.is_grad_enabled()  # (entering no_grad is itself a call made with gradients on)
+        if grad_after or self.run_step != w.steps:
+            self.nograd_run, self.run_step = 0, w.steps
+        self.nograd_run += not grad_after
         try:
             w.objective.on_call(func, args, kwargs, out)
             self.models.outputs.on_call(args, kwargs, bool(self.models.stack))

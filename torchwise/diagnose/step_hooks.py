@@ -14,7 +14,6 @@ import torch
 from torchwise.diagnose.checks import accumulation
 from torchwise.diagnose.checks import graph_uses
 from torchwise.diagnose.deep_steps import OP_HUNT_STEPS
-from torchwise.diagnose.function_mode import FunctionMode
 from torchwise.diagnose.health import CheckerHealth
 from torchwise.diagnose.objective import Objectives
 from torchwise.diagnose.tensors import compiling, quiet
@@ -43,7 +42,6 @@ class StepsWatcher(Protocol):
     accum: dict[int, dict] | None
     graph_uses: list[dict]
     global_mode: bool
-    function_mode: FunctionMode | None   # its count of no-grad calls in a row starts again at every step
 
     def hit(self, id: str, *, info: dict | None = None, where: str | None = None) -> None: ...
 
@@ -250,8 +248,6 @@ class StepHooks:
             graph_uses.settle_graph_uses(self.w)
         self.w.loaders.note_step()
         self.w.inputs.eval_group_open = False
-        if self.w.function_mode is not None:
-            self.w.function_mode.nograd_run = 0  # a new interval between steps (function_mode.py)
         if self.deep.op_hunt and self.w.steps >= min(self.deep.deep_first, OP_HUNT_STEPS) and \
                 self.deep.first_nonfinite_loss_step is None and self.deep.nonfinite_culprit is None:
             self.deep.op_hunt = False
