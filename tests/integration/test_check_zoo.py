@@ -147,3 +147,16 @@ def test_each_training_objective_is_recognised():
         assert got == kinds, f"{name}: objectives {result.coverage.get('objectives')}, expected {kinds}"
         if not kinds & {"supervised", "language-model", "reconstruction"}:
             assert "loss-not-decreasing" in result.coverage.get("undecided", {}), name
+
+
+def test_a_search_of_separate_fits_is_judged_fit_by_fit_over_the_whole_run():
+    """A grid search with cross-validation (a new model and optimizer per fit, some settings poor on purpose) run to
+    its end: the fits whose loss stays flat or whose ReLUs die are the search's discarded settings, not a warning.
+    Folds that all stay flat (labels shuffled apart from the inputs in each) are the harm itself: a warning."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        search = run_script(str(ZOO / "correct" / "grid_search_cv_refits.py"), [], max_steps=0)
+        broken = run_script(str(ZOO / "buggy" / "cv_folds_labels_shuffled_separately.py"), [], max_steps=0)
+    assert search.error is None and search.steps > 1000, (search.error, search.steps)
+    assert [f.id for f in search.findings] == [], "\n\n".join(f.render() for f in search.findings)
+    flat = [f for f in broken.findings if f.id == "loss-not-decreasing"]
+    assert flat and flat[0].severity != "info" and flat[0].evidence["fits_flat"] == 5, [f.render() for f in flat]
