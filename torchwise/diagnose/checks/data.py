@@ -173,10 +173,21 @@ def _train_loader_site(w) -> str | None:
     return None
 
 
+def _single_class_by_chance(c: dict) -> float:
+    """How many of the batches seen would hold a single class if they were shuffled: sum over batches of
+    sum_k p_k ** size, with p the class shares of every label seen. Rare positives in batches of 8 give mostly
+    single-class batches however well they are shuffled (3% positives: 78% of them)."""
+    p = c["counts"].double() / max(1, int(c["counts"].sum()))
+    return sum(k * float((p ** size).sum()) for size, k in c.get("sizes", {}).items())
+
+
 def _shuffle(w) -> list[Finding]:
+    """no-shuffle: far more single-class batches than shuffled batches of these class shares would hold (sorted
+    data), not merely many of them (imbalanced classes in small batches)."""
     c = w.loss_watch.cls
     n = c.get("batches_multi", 0)
-    if n >= 10 and c["counts"] is not None and int((c["counts"] > 0).sum()) >= 2 and c["single"] >= 0.5 * n:
+    if n >= 10 and c["counts"] is not None and int((c["counts"] > 0).sum()) >= 2 and c["single"] >= 0.5 * n \
+            and c["single"] >= _single_class_by_chance(c) + 0.4 * n:
         from torch.utils.data import SequentialSampler
         site = None
         for p in w.loaders.passes:

@@ -178,6 +178,8 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
     if labels.numel() >= 4:
         c["single"] += int(bool((labels == labels[0]).all()))
         c["batches_multi"] = c.get("batches_multi", 0) + 1
+        sizes = c.setdefault("sizes", {})  # batch size -> batches: what shuffled batches of them would hold
+        sizes[labels.numel()] = sizes.get(labels.numel(), 0) + 1
     c["weighted"] = c["weighted"] or kwargs.get("weight") is not None
     c["where"] = c["where"] or where
     if C <= 1000 and not lm:  # what the model predicts in the last calls: does it ever predict the rare class?
