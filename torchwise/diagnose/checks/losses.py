@@ -176,10 +176,13 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
     if top > c.get("max_label", -1):
         c["max_label"], c["max_label_batch"] = top, c["batches"]
     if labels.numel() >= 4:
-        c["single"] += int(bool((labels == labels[0]).all()))
-        c["batches_multi"] = c.get("batches_multi", 0) + 1
-        sizes = c.setdefault("sizes", {})  # batch size -> batches: what shuffled batches of them would hold
-        sizes[labels.numel()] = sizes.get(labels.numel(), 0) + 1
+        # per number of classes: a multi-task step (a language model's loss over the vocabulary and a choice
+        # among 4 candidates) has one order question per loss, and mixing their counts judges neither
+        o = c.setdefault("order", {}).setdefault(C, {"single": 0, "batches": 0, "sizes": {}, "counts": None})
+        o["single"] += int(bool((labels == labels[0]).all()))
+        o["batches"] += 1
+        o["sizes"][labels.numel()] = o["sizes"].get(labels.numel(), 0) + 1  # what shuffled batches would hold
+        o["counts"] = counts.clone() if o["counts"] is None else o["counts"] + counts
     c["weighted"] = c["weighted"] or kwargs.get("weight") is not None
     c["where"] = c["where"] or where
     if C <= 1000 and not lm:  # what the model predicts in the last calls: does it ever predict the rare class?
