@@ -96,10 +96,10 @@ def pip_settings(config_list: str) -> list[str]:
 def _uv_command(python: str) -> tuple[list[str], dict] | None:
     """The `uv pip install` prefix and environment that reproduce pip's choices here, or None when uv
     cannot be installed (offline, or no wheel for this platform)."""
-    got = subprocess.run([python, "-m", "pip", "install", "--quiet", "uv"], capture_output=True, text=True)
     uv = Path(python).parent / "uv"
-    if got.returncode != 0 or not uv.exists():
-        say(f"    uv is not available ({(got.stderr.strip().splitlines() or ['no uv binary'])[-1]}); using pip")
+    if run_step("uv: a fast installer, into the environment", [python, "-m", "pip", "install", "--quiet", "uv"],
+                "5 s") or not uv.exists():
+        say("    uv is not available; installing with pip")
         return None
     config = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
     env = dict(os.environ)
@@ -123,7 +123,6 @@ def install(venv: Path, torch_pins: list[str], extras: str, installer: str) -> i
             return 1
     uv = None
     if installer != "pip":
-        say("==> getting uv (a fast installer) into the environment (usually 5 s)")
         uv = _uv_command(python)
     if uv is None:
         if run_step("pip: upgrading pip itself", [python, "-m", "pip", "install", "--upgrade", "pip"], "10 s"):
