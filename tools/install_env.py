@@ -28,8 +28,9 @@ from pathlib import Path
 # Seconds of installer silence after which a "still ..." line is printed; settable for tests.
 HEARTBEAT_S = float(os.environ.get("INSTALL_HEARTBEAT_S", "10"))
 # Installer lines that only list packages one by one (uv prints ~130 for the test extras): the step's
-# own line already says what is being installed, and a summary line follows.
-NOISE_PREFIXES = (" + ", " - ", " ~ ", "Requirement already satisfied")
+# own line already says what is being installed, and a summary line follows. And pip's note that a
+# local index has no copy of a package (it then takes it from the next index: nothing is wrong).
+NOISE_PREFIXES = (" + ", " - ", " ~ ", "Requirement already satisfied", "WARNING: Location '")
 # pip settings that uv accepts under the same meaning, as `pip config list` names them
 PIP_TO_UV = {"index-url": "--index-url", "extra-index-url": "--extra-index-url",
              "find-links": "--find-links", "constraint": "--constraint"}
