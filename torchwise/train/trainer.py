@@ -138,7 +138,7 @@ class Trainer:
         self.reporter = EvalReporter(self)
         self.stages = Stages(self)
         self.interrupts = InterruptHandler(self)
-        for callback in callbacks:
+        for callback in checks_.callback_list(callbacks):
             self.add_callback(callback)
 
     def __getattr__(self, name: str) -> Any:

@@ -31,6 +31,11 @@ def derive_seed(*parts: int) -> int:
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy, torch and every CUDA device."""
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
+        from torchwise.errors import ConfigError
+
+        raise ConfigError("seed_everything needs an integer seed in [0, 2**63).", values={"seed": repr(seed)},
+                          fix="Pass e.g. torchwise.seed_everything(0), the seed you give the Trainer (seed=0).")
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)  # also seeds all CUDA devices (lazily if CUDA is not initialised yet)
