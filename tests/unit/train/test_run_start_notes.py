@@ -59,7 +59,8 @@ def test_no_note_without_a_console(unseeded_torch, capsys):
 def test_the_determinism_line_names_the_python_setting_and_what_is_in_effect():
     t = trainer(progress=False)
     t.fit()
-    assert t.determinism_note == "deterministic=None: fast kernels (deterministic=True for bit-reproducible ones)"
+    assert t.determinism_note == ("deterministic=None (the default): fast kernels (deterministic=True for "
+                                  "bit-reproducible ones)")
     t = trainer(progress=False, deterministic=True)
     t.fit()
     assert t.determinism_note == "deterministic=True: deterministic algorithms on"

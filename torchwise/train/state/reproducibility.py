@@ -66,7 +66,7 @@ def configure_determinism(deterministic: bool | None, cuda: bool = True, cli: bo
     torch.use_deterministic_algorithms(True) keeps its deterministic kernels (fit() puts every switch back
     when it returns)."""
     setting = (f"train.deterministic={str(deterministic).lower()}" if cli
-               else f"deterministic={deterministic}")
+               else f"deterministic={deterministic}" + (" (the default)" if deterministic is None else ""))
     to_turn_on = "--set train.deterministic=true" if cli else "deterministic=True"
     already = torch.are_deterministic_algorithms_enabled()
     if deterministic is None and already:
