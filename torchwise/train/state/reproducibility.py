@@ -54,9 +54,10 @@ def torch_was_seeded() -> bool:
 def unseeded_model_note(seed: int) -> str:
     """What to say when the model was built before torch's generator was seeded (see torch_was_seeded)."""
     return (f"torchwise: note: torch's random generator was not seeded before the model was built (torch seeds it "
-            f"from the OS at start-up), so the model's initial weights differ in every run; seed={seed} seeds "
-            f"the run from fit() on (dropout, data order, augmentations), not the weights made before it. For a "
-            f"reproducible run, call torchwise.seed_everything({seed}) before building the model.")
+            f"from the OS at start-up), so the weights the model drew at random (a new model, a new head) differ "
+            f"in every run; seed={seed} seeds the run from fit() on (dropout, data order, augmentations), not what "
+            f"was made before it. For a reproducible run, call torchwise.seed_everything({seed}) before building "
+            f"the model.")
 
 
 def configure_determinism(deterministic: bool | None, cuda: bool = True, cli: bool = False) -> str:
