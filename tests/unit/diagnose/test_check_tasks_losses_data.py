@@ -228,3 +228,14 @@ def test_an_imbalance_hint_says_what_it_counted_and_never_contradicts_itself(tmp
            "checks)" in f.message, f.message
     assert "did not predict class 1" in f.message and "not yet a warning: only 20 optimizer steps" in f.message
     assert "does predict" not in f.message + (f.maybe_fine or ""), f.maybe_fine
+
+
+def test_the_rare_samples_the_hint_quotes_are_the_checked_batches_own(tmp_path):
+    """4 checked batches, all among the last 10: the rare class's samples in them are its count over them (the
+    first batch's counts were the running total's tensor, added to in place, and counted twice or more)."""
+    script = variant(tmp_path, ZOO / "buggy" / "imbalanced_minority_never_predicted.py",
+                     ("range(3)", "range(1)"), ("n = 4000", "n = 400"), ("< 0.02", "< 0.06"))
+    f = by_id(run(script))["label-imbalance"]
+    assert f.evidence["labels_seen"] == 400 and "of the 4 training batches checked" in f.message, f.message
+    assert f.evidence["rare_class_samples_recently"] == f.evidence["counts"][1], f.evidence
+    assert f"(they held {f.evidence['counts'][1]} of its samples)" in f.message, f.message

@@ -167,7 +167,7 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
     c["lm_calls"] = c.get("lm_calls", 0) + int(lm)
     counts = torch.bincount(labels.cpu(), minlength=C)
     if c["counts"] is None or c["C"] != C:
-        c["counts"], c["C"] = counts, C
+        c["counts"], c["C"] = counts.clone(), C  # a copy: recent keeps its own batch counts
         c["recent"], c["max_label"], c["max_label_batch"] = [], -1, 0
     else:
         c["counts"] += counts
