@@ -146,10 +146,12 @@ def _evaluate(args: argparse.Namespace, run_dir: Path, weights: Path | None, out
     task = eval_task(run_dir, meta, args.data)
     outputs, targets = predict(model, task.val, batch_size=args.batch_size, device=args.device)
     result = evaluate_outputs(outputs, targets, meta)
-    if meta["problem"] == "classification":  # imbalance judged on the examples evaluated (the training split is not read)
+    if meta["problem"] == "classification":  # imbalance judged on the run's training counts (final/meta.json) if kept
         from torchwise.report import imbalance
 
-        imbalance.judge(result, weighted="class_weights" in meta)
+        counts = meta.get("train_class_counts")
+        train = dict(zip(meta["class_names"], counts)) if isinstance(counts, list) else None
+        imbalance.judge(result, train, weighted="class_weights" in meta)
     result.update({"run": str(run_dir), "weights": str(weights or run_dir / "final" / "model.safetensors"),
                    "data": task.summary})
     if meta["problem"] == "classification":

@@ -169,3 +169,20 @@ def test_the_checker_hint_quotes_the_data_tables_counts(tmp_path):
     train_counts = json.loads((tmp_path / "run" / "eval.json").read_text())["data"]["train_counts"]
     assert hint["evidence"]["counts_by_class"] == train_counts
     assert hint["evidence"]["counted_on"] == "training split"
+
+
+def test_torchwise_eval_says_the_same(rare_run, capsys):
+    import argparse
+
+    from torchwise.cli import eval_command
+
+    out, summary, lines = rare_run
+    args = argparse.Namespace(run=str(out), checkpoint=None, data=None, json=str(out.parent / "eval-again.json"),
+                              batch_size=256, device="cpu")
+    assert eval_command.run(args) == 0
+    printed = capsys.readouterr().out.splitlines()
+    ev = summary["evaluation"]
+    assert printed[1] == (f"accuracy {ev['accuracy']:.4f} on 122 examples   macro F1 {ev['macro_f1']:.4f}   "
+                          f"balanced accuracy {ev['balanced_accuracy']:.4f}")  # no top-5 with 6 classes
+    warning = [line for line in lines if line.startswith(("warning:", "  "))]
+    assert printed[2:2 + len(warning)] == warning  # the train counts from final/meta.json
