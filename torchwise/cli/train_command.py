@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                           "of the top operators and a trace for TensorBoard/Perfetto")
     train.add_argument("--resume", action="store_const", const=True,
                        help="continue the run in --out from its last complete checkpoint (uses its config.yaml)")
+    train.add_argument("--extend-schedule", metavar="HOW", help="--resume longer than a onecycle/cosine schedule "
+                                                                "was laid out for: restart or keep_end")
     out = parser.add_argument_group("output and configuration")
     out.add_argument("--out", metavar="RUNDIR", help="run directory (required)")
     out.add_argument("--config", metavar="FILE", help="YAML file with sections data/model/train/output")
