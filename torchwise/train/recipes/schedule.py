@@ -45,12 +45,28 @@ class Schedule:
         return self.make is not None
 
     def after_optimizer_step(self) -> None:
-        if self.interval == "step" and not (self.keeps_end and self.scheduler.last_epoch >= self.length()):
+        if self.interval == "step" and not self.hold_end():
             self.scheduler.step()
+
+    def hold_end(self) -> bool:
+        """keep_end: at its last step the schedule stays at its end value (torch's one-cycle, stepped on,
+        would raise, and its last step already overshoots its end value)."""
+        if not self.keeps_end or self.scheduler.last_epoch < self.length() - 1:
+            return False
+        for group, lr in zip(self.scheduler.optimizer.param_groups, self.end_lrs()):
+            group["lr"] = lr
+        return True
 
     def length(self) -> int:
         """Steps the scheduler counts before its end (one-cycle needs at least 2)."""
         return int(getattr(self.scheduler, "total_steps", self.total_steps or 0))
+
+    def end_lrs(self) -> list[float]:
+        """The learning rates the schedule ends at: cosine's lambda at its end, one-cycle's min_lr."""
+        s = self.scheduler
+        if hasattr(s, "lr_lambdas"):
+            return [base * fn(self.length()) for base, fn in zip(s.base_lrs, s.lr_lambdas)]
+        return [group["min_lr"] for group in s.optimizer.param_groups]
 
     def state_dict(self) -> Any:  # the torch scheduler's own: checkpoints hold it as they always did
         return self.scheduler.state_dict()

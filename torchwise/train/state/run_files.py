@@ -194,6 +194,8 @@ class RunFiles:
                 component.load_state_dict(state[name])
         if layout == "restart":  # from the restored position, over the optimizer as restored
             run.schedule.restart(run.optimizer, run.pos.step, run.pos.stage_start_step + run.total_steps - run.pos.step)
+        if layout == "keep_end":  # a schedule already at its end holds its end value from the first step on
+            run.schedule.hold_end()
         self._load_callbacks(path, state.get("callbacks") or {})
         self.load_best()
         if not same_layout:
