@@ -3,7 +3,7 @@
     torchwise train --data images/ --out runs/exp1 --epochs 5
     torchwise train --data table.csv --target price --out runs/price
     torchwise train --config run.yaml --set train.lr=0.003
-    torchwise train --out runs/exp1 --resume --epochs 10     (continue, with more epochs)
+    torchwise train --out runs/exp1 --resume --epochs 10 --extend-schedule restart   (train a finished run longer)
 
 The run directory gets config.yaml, split.json, data_stats.json, meta.json (written once every
 check has passed and the checkpoint, on resume, is loaded: before the first training step, so an
