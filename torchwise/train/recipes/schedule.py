@@ -25,7 +25,6 @@ from torchwise.errors import ConfigError
 BUILTIN = ("onecycle", "cosine", "step", "plateau")
 INTERVALS = ("step", "epoch", "plateau")
 LAID_OUT = ("onecycle", "cosine")  # their shape depends on the run's length
-EXTEND_CHOICES = ("restart", "keep_end")  # extend_schedule: how a laid-out schedule goes on in a longer run
 
 
 @dataclass

@@ -242,9 +242,11 @@ class RunFiles:
                                schedule.base_lrs[0], choice=lambda name: f"extend_schedule={name!r}")
         if how in ("as_saved", "keep_end"):
             schedule.relayout(start, total, keeps_end=how == "keep_end")
+        elif how == "as_built" and schedule.start_step is not None:  # a newer checkpoint, laid out otherwise,
+            schedule.relayout(stage_start, run.total_steps, keeps_end=False)  # failed to load after its layout
         if how in ("restart", "keep_end") and run.dist.is_main:
-            print(f"torchwise: the run is longer than its {run.config.scheduler} schedule was laid out for "
-                  f"(steps {saved[0]}-{saved[0] + saved[1]}): " + (
+            print(f"torchwise: the run now ends at step {stage_start + run.total_steps}, its {run.config.scheduler} "
+                  f"schedule was laid out over steps {saved[0]}-{saved[0] + saved[1]}: " + (
                       f"it restarts at step {at_step} over the steps left (extend_schedule='restart')"
                       if how == "restart" else "it ends as planned and its last learning rate holds after "
                                                "(extend_schedule='keep_end')"), file=sys.stderr)
