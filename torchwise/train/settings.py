@@ -133,6 +133,10 @@ class OptimSettings:
     scheduler_interval: str | None = _opt(None, "when your own scheduler steps: step, epoch or plateau (None: "
                                                 "plateau for a ReduceLROnPlateau, else every step)")
     warmup_steps: int = _opt(0, "linear warm-up steps (cosine schedule)")
+    # a run resumed longer than its onecycle/cosine schedule was laid out for (recipes/schedule.py)
+    extend_schedule: str | None = _opt(None, "a resumed run made longer than its onecycle/cosine schedule was laid "
+                                             "out for: None refuses and shows the choices, restart lays the schedule "
+                                             "out again from there, keep_end holds its last value")
     label_smoothing: float = _opt(0.0, "label smoothing of the default CrossEntropyLoss (a loss= of yours keeps "
                                        "its own)")
     ema_decay: float | None = _opt(None, "an exponential moving average of the weights (e.g. 0.999): evaluated, "
@@ -145,6 +149,13 @@ class OptimSettings:
         _require(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0),
                  "clip_grad_norm must be None or a positive number.", {"clip_grad_norm": c}, "A typical value is 1.0.")
         _int_at_least(self, ("warmup_steps",), 0)
+        _require(self.extend_schedule in (None, "none", "restart", "keep_end"), "Unknown extend_schedule.",
+                 {"extend_schedule": self.extend_schedule, "allowed": "None, 'restart', 'keep_end'",
+                  "did you mean": did_you_mean(str(self.extend_schedule), ("restart", "keep_end"))},
+                 "'restart': a resumed, longer run lays its onecycle/cosine schedule out again from where it resumes; "
+                 "'keep_end': the schedule ends as planned and its last value holds; None: such a resume is refused.")
+        if self.extend_schedule == "none":  # the CLI's word for not set
+            self.extend_schedule = None
         ls = self.label_smoothing
         _require(_is_number(ls) and 0.0 <= ls < 1.0, "label_smoothing must be a number in [0, 1).",
                  {"label_smoothing": ls}, "A usual value is 0.1; 0 turns it off.")

@@ -243,7 +243,7 @@ class RunSetup:
         if self.train_loader.keeps_own_state:  # a StatefulDataLoader: its own position, restored by itself
             files.register("train_loader", LoaderState(self.train_loader))
         files.register("optimizer", OptimizerState(self.optimizer, is_sharded(self.run.model)))
-        files.register("scheduler", self.schedule.scheduler if self.schedule is not None else None)
+        files.register("scheduler", self.schedule)  # (its torch scheduler's state; recipes/schedule.py)
         files.register("scaler", self.step_runner.scaler)
         files.register("early_stopping", self.run.config.early_stopping)
         files.register("position", self.run.pos)

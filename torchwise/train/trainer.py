@@ -282,7 +282,7 @@ class Trainer:
         self.files.write_config()
         self.events.emit("fit_start", trainer=self)
         self._start_profiler()
-        start_time = time.perf_counter()
+        start_time = pos.start_clock()  # the run's start on this clock: its earlier sessions' time counts
         stopped_early = False
         eval_every = self.config.eval_every
         guard.deferring = guard.active

@@ -422,7 +422,8 @@ def test_resuming_a_one_cycle_run_with_more_epochs_is_refused_clearly(tmp_path):
     torchwise.Trainer(mlp(), sgd(), max_epochs=1, **kwargs).fit()
     with pytest.raises(ConfigError, match="run's length changed") as info:
         torchwise.Trainer(mlp(), sgd(), max_epochs=3, resume=True, **kwargs).fit()
-    assert "total steps then: 8" in str(info.value) and "total steps now: 24" in str(info.value)
+    assert "steps then: 8" in str(info.value) and "steps now: 24" in str(info.value)
+    assert "extend_schedule='restart'" in str(info.value) and "extend_schedule='keep_end'" in str(info.value)
 
 
 def test_the_trainer_runs_torchwise_checks_detectors(tmp_path, capfd):
