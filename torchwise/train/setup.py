@@ -342,6 +342,8 @@ class RunSetup:
                                val=self.val_loader.loader if self.val_loader is not None else None)
         names = (self.run.config.metadata or {}).get("class_names")  # torchwise train's folder / label names
         watcher.class_names = [str(n) for n in names] if isinstance(names, (list, tuple)) else None
+        counts = (self.run.config.metadata or {}).get("train_class_counts")  # its training split's class counts
+        watcher.class_counts = [int(k) for k in counts] if isinstance(counts, (list, tuple)) else None
         self.evaluator.watcher = watcher
         return watcher
 

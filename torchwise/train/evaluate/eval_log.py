@@ -81,7 +81,7 @@ class EvalReporter:
             raise ConfigError("The monitored metric is not among the metrics of this run.",
                               values={"monitor": monitor, "did you mean": checks_.did_you_mean(monitor, row),
                                       "metrics that exist": ", ".join(k for k in row if k.startswith(("val_", "train_")))},
-                              fix="Monitor one of the metrics that exist (val_top5 needs more than 5 classes; "
+                              fix="Monitor one of the metrics that exist (val_top5 needs more than 10 classes; "
                                   "val_acc needs class logits).")
         value = float(row.get(monitor, math.nan))
         if run.setup.schedule is not None:
