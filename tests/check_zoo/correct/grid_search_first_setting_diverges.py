@@ -2,10 +2,6 @@
 # info-ok: dead-relu
 """A grid search over the learning rate with 3-fold cross-validation whose first setting is far too high (it
 diverges, and its ReLUs die): each (setting, fold) pair trains a new model with a new optimizer, and the search
-keeps the best setting. check stops it within the first setting's folds: what it saw is a search's discarded try."""A grid search over the learning rate with 3-fold cross-validation, its first setting far too high (it diverges): every (setting, fold) pair trains a new model with a
-new optimizer, and the best setting is kept. Some settings train badly on purpose (that is what the search is
-for), and every fit starts again from a high loss: the run's losses, read as one curve, rise and fall."""A grid search over the learning rate with 3-fold cross-validation whose first setting is far too high (it
-diverges, and its ReLUs die): each (setting, fold) pair trains a new model with a new optimizer, and the search
 keeps the best setting. check stops it within the first setting's folds: what it saw is a search's discarded try."""
 import itertools
 
