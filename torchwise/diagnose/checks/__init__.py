@@ -20,6 +20,7 @@ Shared by the families above (each imports only these, never another family):
 from __future__ import annotations
 
 from torchwise.diagnose.catalog import Finding
+from torchwise.diagnose.checks import fits
 from torchwise.diagnose.detectors import ORDER, REGISTRY
 from torchwise.diagnose.detectors.spec import ALL_OBJECTIVES, FIXED_OBJECTIVES, LABELLED_TARGETS
 
@@ -53,6 +54,7 @@ def decide_all(w) -> list[Finding]:
     kinds = _run_kinds(w)
     found = [f for f in found if _applies(REGISTRY[f.id], kinds)]
     found = _apply_harm(w, found)
+    found = fits.hint_when_search_cut_short(w, found)
     found = _drop_consequences(found)
     seen, unique = set(), []
     for f in found:

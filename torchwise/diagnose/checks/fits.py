@@ -56,3 +56,25 @@ def fit_at_step(w, order: list[int], step: int) -> int:
 def current_step(w) -> int:
     """How many optimizer steps the per-step record holds now (what fit_at_step takes)."""
     return len(jstate(w)["seq"])
+
+
+# detectors that judge how one model's training went (its loss, its update sizes, its units): in a search, each
+# speaks of one fit only
+FIT_COURSE = frozenset({"loss-not-decreasing", "lr-too-high", "lr-too-low", "dead-relu", "exploding-gradients",
+                        "vanishing-gradients"})
+
+
+def hint_when_search_cut_short(w, found: list) -> list:
+    """Findings on a fit's course become info hints where check stopped a run of separate fits before its end: it
+    saw the first settings of a search, and a poor setting is what a search tries and discards."""
+    order = separate_fits(w)
+    stopped = bool(w.health.stop_reason) or (bool(w.max_steps) and w.steps >= w.max_steps)
+    if order is None or not stopped:
+        return found
+    for f in found:
+        if f.id in FIT_COURSE and f.severity != "info":
+            f.severity = "info"
+            f.maybe_fine = (f"check stopped the script in fit {len(order)} of a run of separate fits (a new model "
+                            "and optimizer each: a search or cross-validation); a search tries poor settings and "
+                            "discards them, and the later fits were not seen; `--max-steps 0` judges every fit.")
+    return found
