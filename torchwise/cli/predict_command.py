@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchwise.predict import failures, format_table, predict, write_results
 
-    results = predict(args.model, args.inputs, top_k=args.top_k)
+    # The data line (how a CSV file was read) goes to stderr: stdout stays the table or JSON alone.
+    results = predict(args.model, args.inputs, top_k=args.top_k, log=lambda line: print(line, file=sys.stderr))
     print(json.dumps(results, indent=2) if args.json else format_table(results))
     if args.out:
         print(f"wrote {write_results(results, args.out)}", file=sys.stderr)

@@ -15,6 +15,9 @@ from torchwise import numbers
 from torchwise.errors import TorchwiseError
 
 MISSING_CATEGORY = "<missing>"
+# The reason an identifier column is ignored starts with this (runs saved before `ids` was recorded
+# are read back through it).
+IDENTIFIER = "looks like an identifier"
 
 
 def is_missing(value: str) -> bool:
@@ -95,7 +98,8 @@ def _fit_categories(encoder: TabularEncoder, column: str, col: numbers.ColumnNum
     numbers_note = (f"not numeric: {col.reason}" if col.number_count else
                     f"text values (e.g. {show_examples(present_all)})")
     if len(counts) > max_categories and len(counts) > 0.5 * len(present):
-        encoder.ignored[column] = (f"looks like an identifier ({len(counts)} distinct values in "
+        encoder.ids.append(column)  # predict keeps its values beside each prediction
+        encoder.ignored[column] = (f"{IDENTIFIER} ({len(counts)} distinct values in "
                                    f"{len(present)} training rows, e.g. {show_examples(present)}); "
                                    f"{numbers_note}")
         if col.number_count > col.not_number_count:
@@ -123,6 +127,8 @@ class TabularEncoder:
     decimals: dict[str, str] = field(default_factory=dict)           # numeric column -> "." or ","
     # why a column is categories rather than numbers, or how its decimal mark was decided
     why: dict[str, str] = field(default_factory=dict)
+    # identifier columns (ignored as features): predict writes their values beside each prediction
+    ids: list[str] = field(default_factory=list)
     # while the training file is being encoded (remember_values): the values its cells were read as
     _rows: dict[int, int] | None = field(default=None, repr=False, compare=False)
     _values: dict[str, list[float | None]] | None = field(default=None, repr=False, compare=False)
@@ -223,11 +229,14 @@ class TabularEncoder:
 
     def to_dict(self) -> dict[str, Any]:
         return {"columns": self.columns, "numeric": self.numeric, "categorical": self.categorical,
-                "ignored": self.ignored, "missing": self.missing, "decimals": self.decimals, "why": self.why}
+                "ignored": self.ignored, "missing": self.missing, "decimals": self.decimals, "why": self.why,
+                "ids": self.ids}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TabularEncoder":
         return cls(columns=list(data["columns"]), numeric=dict(data["numeric"]),
                    categorical={k: list(v) for k, v in data["categorical"].items()},
                    ignored=dict(data.get("ignored", {})), missing=data.get("missing", "drop"),
-                   decimals=dict(data.get("decimals", {})), why=dict(data.get("why", {})))
+                   decimals=dict(data.get("decimals", {})), why=dict(data.get("why", {})),
+                   ids=list(data.get("ids") or [c for c, why in data.get("ignored", {}).items()
+                                                if str(why).startswith(IDENTIFIER)]))
