@@ -7,6 +7,7 @@ encoder is saved as JSON in the run's metadata and applied unchanged to validati
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -67,6 +68,26 @@ def _fit_numeric(encoder: TabularEncoder, column: str, col: numbers.ColumnNumber
         what = "its row is dropped" if encoder.missing == "drop" else "imputed with the training mean"
         warnings.append(f"column {column!r}: {col.nonfinite} non-finite value(s) "
                         f"({', '.join(map(repr, col.nonfinite_examples))}) read as missing: {what}")
+
+
+# Column names that say "identifier" (lower case, dots and spaces dropped); a name ending in "_id",
+# " id", "-id" or camel-case "Id"/"ID" (customerId, WineID) says it too.
+_ID_NAMES = {"id", "ids", "identifier", "index", "idx", "row", "rowid", "rownumber", "nr", "no", "#", "n°"}
+_ID_SUFFIX = re.compile(r"(^|[_\s.\-])id$|[a-z0-9](Id|ID)$")
+
+
+def _named_identifier(column: str, cells: Sequence[str]) -> str | None:
+    """Why `column` is an identifier when its name says so and every row has its own value (1, 2, 3 or
+    A-17): numbers that only count rows would be learnt as a feature (a file sorted by class makes them
+    predict it). None otherwise."""
+    name = column.strip()
+    if name.lower().replace(".", "").replace(" ", "") not in _ID_NAMES and not _ID_SUFFIX.search(name.lower()) \
+            and not _ID_SUFFIX.search(name):
+        return None
+    if len(cells) < 2 or any(is_missing(c) for c in cells) or len(set(cells)) < len(cells):
+        return None
+    return (f"{IDENTIFIER} (named {column!r}, every one of the {len(cells)} rows has its own value, e.g. "
+            f"{show_examples(cells)})")
 
 
 def _unusable(col: numbers.ColumnNumbers, present_all: Sequence[str]) -> tuple[str, bool] | None:
@@ -175,7 +196,11 @@ class TabularEncoder:
         index = {name: i for i, name in enumerate(header)}
         columns = _read_columns(all_rows, index, feature_columns, decimal, decimal_hint)
         for column in feature_columns:
-            if columns[column].numeric:
+            named_id = _named_identifier(column, [r[index[column]] for r in all_rows])
+            if named_id is not None:
+                encoder.ids.append(column)  # predict keeps its values beside each prediction
+                encoder.ignored[column] = named_id
+            elif columns[column].numeric:
                 _fit_numeric(encoder, column, columns[column], index[column], rows, all_rows, warnings)
             else:
                 _fit_categories(encoder, column, columns[column], index[column], rows, all_rows, max_categories,

@@ -126,6 +126,25 @@ class CsvRows:
     missing_ids: list[str] = field(default_factory=list)  # ID columns of the training file absent here
 
 
+def _own_decimal_marks(encoder: Any, table: Any) -> list[str]:
+    """Numeric columns read with this file's own decimal mark where the file proves the other mark than
+    the training file's (3.5 where training read 3,5): a cell proves it for its column, and when every
+    proof in the file agrees, columns that cannot tell (1.234) follow them, as training decides. Read
+    with the training mark they would be missing or a thousand times too large. Returns them."""
+    from torchwise import numbers
+
+    read = {column: numbers.decide_column([row[table.header.index(column)] for row in table.rows], hint=mark)
+            for column, mark in encoder.decimals.items() if column in table.header}
+    proofs = {col.proven for col in read.values() if col.numeric and col.proven}
+    changed = []
+    for column, col in read.items():
+        mark = col.proven or (next(iter(proofs)) if len(proofs) == 1 else None)
+        if col.numeric and mark and mark != encoder.decimals[column]:
+            encoder.decimals[column] = mark
+            changed.append(column)
+    return changed
+
+
 def read_csv_rows(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> CsvRows:
     """CSV rows -> features the model takes, read with the training file's decimal marks, and for each
     row its number and the values of the ID columns the training run recognised (kept beside every
@@ -141,6 +160,7 @@ def read_csv_rows(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]) -
                              values={"metadata keys": sorted(meta)}, fix="export the model from a tabular run")
     table = read_table(path)
     encoder = TabularEncoder.from_dict(tab["encoder"])
+    changed = _own_decimal_marks(encoder, table)
     x, imputed = encoder.encode(table.header, table.rows)
     mean = np.asarray(spec["mean"], dtype=np.float32)
     std = np.asarray(spec["std"], dtype=np.float32)
@@ -149,7 +169,8 @@ def read_csv_rows(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]) -
     where = [table.header.index(c) for c in ids]
     rows = [{"row": i + 1, "ids": {c: row[j] for c, j in zip(ids, where)}} for i, row in enumerate(table.rows)]
     read_as = describe_reading(table.delimiter, encoder.decimals.values(), ids, encoding=table.encoding,
-                               decided="as in training")
+                               decided="as in training" if not changed else
+                               f"this file's own in {len(changed)} column(s); the training file had the other mark")
     if imputed:  # an empty cell, or a number written with the other decimal mark than the training file's
         read_as += (f"; {imputed} feature cell(s) empty or not numbers with the training file's decimal mark: "
                     f"filled like missing values (the training mean, or no category)")
