@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import random
-from pathlib import Path
 
 import pytest
 
@@ -15,26 +13,7 @@ from torchwise.data.tabular_encoder import TabularEncoder
 from torchwise.export.preprocess import read_csv_rows
 from torchwise.predict import format_table, write_results
 from torchwise.run.log_lines import log_data
-
-LABELS = ("barolo", "grignolino", "barbera")
-
-
-def spreadsheet_rows(n: int, seed: int = 0, *, ids: str = "text") -> list[list[str]]:
-    """Rows the way a European spreadsheet writes them: decimal commas, an ID, a text label."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        label = i % 3
-        alcohol = 12.0 + label + rng.gauss(0, 0.3)
-        acid = 1.5 + 0.8 * label + rng.gauss(0, 0.2)
-        wine_id = f"W-{i + 1:04d}" if ids == "text" else str(i + 1)
-        rows.append([wine_id, f"{alcohol:.2f}".replace(".", ","), f"{acid:.3f}".replace(".", ","), LABELS[label]])
-    return rows
-
-
-def write_spreadsheet(path: Path, rows: list[list[str]], header=("wine_id", "alcohol", "acid", "cultivar")) -> Path:
-    path.write_text("\n".join(";".join(r) for r in [list(header), *rows]) + "\n", encoding="utf-8")
-    return path
+from testkit.spreadsheet_csv import spreadsheet_rows, write_spreadsheet
 
 
 def test_train_data_line_names_separator_decimal_mark_and_id_column(tmp_path):
