@@ -23,6 +23,7 @@ _LAZY = {
     "load_state_dict": "torchwise.weights",
     "seed_everything": "torchwise.train.state.reproducibility",
     "TorchwiseError": "torchwise.errors",
+    "Interrupted": "torchwise.errors",
     "watch": "torchwise.diagnose.watch",
     "summary": "torchwise.toolbox.summary",
     "memory_estimate": "torchwise.toolbox.memory",

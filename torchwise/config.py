@@ -102,6 +102,8 @@ class TrainConfig:
     optimizer: Literal["adamw", "sgd"] = _opt("adamw", "optimizer")
     scheduler: Literal["none", "onecycle", "cosine", "step", "plateau"] = _opt("cosine", "learning-rate schedule")
     warmup_steps: int = _opt(0, "linear warm-up steps", min=0)
+    extend_schedule: Literal["none", "restart", "keep_end"] = _opt(
+        "none", "a resumed, longer run's onecycle/cosine schedule: restart it there, or keep_end (its last lr holds)")
     accumulate: int = _opt(1, "micro-batches per optimizer step", min=1)
     class_weights: Literal["none", "balanced"] = _opt(
         "none", "classification: weight the loss per class from the TRAINING split's counts; balanced: "
@@ -204,15 +206,13 @@ FLAG_KEYS: dict[str, str] = {
     "freeze_backbone": "model.freeze_backbone",
     "epochs": "train.epochs",
     "max_steps": "train.max_steps",
-    "batch_size": "train.batch_size",
-    "lr": "train.lr",
+    "batch_size": "train.batch_size", "lr": "train.lr",
     "seed": "train.seed",
     "precision": "train.precision",
     "device": "train.device",
     "checkpoint_every": "train.checkpoint_every",
-    "profile": "train.profile",
-    "fast": "train.fast",
-    "resume": "train.resume",
+    "profile": "train.profile", "fast": "train.fast",
+    "resume": "train.resume", "extend_schedule": "train.extend_schedule",
     "out": "output.dir",
 }
 

@@ -44,6 +44,47 @@ class TrainingStopped(TorchwiseError):
     """Training stopped on purpose because continuing would train on garbage."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped Trainer.fit(); its lines (where it stopped, the checkpoint, how to resume) are on the
+    console already and in str(exc), `checkpoint` is the one written (or None) and `step` where it stopped.
+
+    A KeyboardInterrupt, so that Ctrl-C still stops the script (a fit() that returned would let the code
+    after it export or evaluate a half-trained model), `except KeyboardInterrupt` and `finally` blocks run
+    as for any Ctrl-C, and `except Exception` (a retry loop) does not swallow it. Not caught, it ends the
+    script with those lines and no traceback: the traceback would show torchwise's loop, not the user's
+    code, and bury the resume line (see end_quietly)."""
+
+    def __init__(self, message: str, *, step: int, checkpoint: Any = None, said: bool = True):
+        super().__init__(message)
+        self.message, self.step, self.checkpoint = message, step, checkpoint
+        self.said = said  # printed on the console already (by the main process)
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython and Jupyter show these lines instead of a traceback."""
+        return [] if self.said else self.message.splitlines()
+
+
+def end_quietly() -> None:
+    """Let an Interrupted that nothing catches end the program without a traceback: sys.excepthook
+    (where Python reports an uncaught exception) skips it, and passes every other exception on to the
+    hook that was there before. Installed once, by the first Interrupted raised."""
+    import sys
+
+    hook = sys.excepthook
+    if getattr(hook, "torchwise_quiet", False):
+        return
+
+    def quiet(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if isinstance(value, Interrupted):
+            if not value.said:
+                print(value.message, file=sys.stderr, flush=True)
+            return
+        hook(kind, value, tb)
+
+    quiet.torchwise_quiet = True  # type: ignore[attr-defined]
+    sys.excepthook = quiet
+
+
 class OutOfMemory(TorchwiseError):
     """Out of memory (a GPU's or this machine's) while torchwise was doing something named: what ran
     out, the allocator's words and the remedies, instead of the allocator's traceback."""

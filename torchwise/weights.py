@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from torchwise.errors import CheckpointError
+from torchwise.errors import CheckpointError, ConfigError
 from torchwise.file_names import utf8_reachable
 
 # The attribute each wrapper keeps the wrapped model under; the classes are matched by name so
@@ -156,7 +156,15 @@ def model_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, Any] | None = None) -> Path:
     """Write the model's weights as safetensors (atomically). `metadata` values are stored as JSON strings."""
+    _require_module(model, "save_model(model, path)")
     return save_state_dict(model_state_dict(model), path, metadata)
+
+
+def _require_module(model: Any, call: str) -> None:
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{call} needs the model as a torch.nn.Module.", values={"model": type(model).__name__},
+                          fix="Pass the network itself (build it first, e.g. model = MyNet()); for a path, see the "
+                              "order of the arguments: " + call + ".")
 
 
 def save_state_dict(state: Mapping[str, torch.Tensor], path: str | Path,
@@ -378,6 +386,7 @@ def apply_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor], *, sou
 def load_model(path: str | Path, model: nn.Module, *, strict: bool = True,
                map_location: str | torch.device = "cpu") -> nn.Module:
     """Load weights from `path` (file, checkpoint dir or run dir) into `model` and return it."""
+    _require_module(model, "load_model(path, model)")
     return apply_state_dict(model, load_state_dict(path, map_location), source=str(path), strict=strict)
 
 

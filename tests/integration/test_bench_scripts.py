@@ -19,17 +19,19 @@ def run(script, *args, timeout=300, ok=(0,)):
 
 
 def test_bench_trainer_prints_the_trainer_against_the_hand_loop():
-    out = run("bench_trainer.py", "--samples", "512", "--epochs", "1", "--repeats", "2")
+    # the smallest sizes that still run every workload and runner: the numbers themselves are the benchmark's
+    # business (issue notes), and no test judges a speed
+    out = run("bench_trainer.py", "--samples", "256", "--hidden", "64", "--epochs", "1", "--repeats", "1")
     assert out.count("workload:") == 3  # MLP sample by sample, MLP on tensors, small CNN
     for runner in ("hand-written loop", "torchwise.Trainer", "(checks=False)"):
         ratios = re.findall(rf"{re.escape(runner)}\s+\d+ samples/s\s+ratio (\d+\.\d+)", out)
-        assert len(ratios) == 3 and all(0.2 < float(r) < 5 for r in ratios), out
+        assert len(ratios) == 3 and all(float(r) > 0 for r in ratios), out
     assert out.count("ratio 1.000") >= 3  # the hand loop is the reference
 
 
 def test_bench_check_overhead_runs():
     # exit status 1 means "over its 5% target", which 8 steps on a busy machine cannot judge
-    out = run("bench_check_overhead.py", "--steps", "8", "--block", "2", ok=(0, 1))
+    out = run("bench_check_overhead.py", "--steps", "8", "--block", "2", "--batch", "8", "--threads", "1", ok=(0, 1))
     assert re.search(r"[+-]\d+\.\d+% per step", out), out
 
 

@@ -21,7 +21,7 @@ def make_demo(cwd: Path) -> subprocess.CompletedProcess:
     venv = Path(sys.executable).parent.parent
     make = shutil.which("make")
     assert make, "`make` is not installed: README's first command cannot run"
-    return subprocess.run([make, "-f", str(ROOT / "Makefile"), f"VENV={venv}", "-o", f"{venv}/.installed", "demo"],
+    return subprocess.run([make, "-f", str(ROOT / "Makefile"), f"VENV={venv}", "-o", f"{venv}/.installed-all", "demo"],
                           cwd=cwd, capture_output=True, text=True, timeout=300)
 
 

@@ -115,10 +115,10 @@ def test_resume_continues_an_interrupted_run(image_folder, tmp_path):
     assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "report.html").is_file()
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["resume"] is False
 
-    # A cosine schedule was planned for 2 epochs: extending the run is refused with the way out.
+    # A cosine schedule was laid out for 2 epochs: extending the run is refused with the two ways on.
     longer = run_cli("train", "--out", run_dir, "--resume", "--epochs", "4")
     assert longer.returncode == 2, longer.stderr
-    assert "planned for its original length" in longer.stderr and "--weights" in longer.stderr
+    assert "laid out for the old length" in longer.stderr and "--extend-schedule keep_end" in longer.stderr
 
 
 def test_csv_classification_with_missing_values(classification_csv, tmp_path):

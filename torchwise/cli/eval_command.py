@@ -65,16 +65,19 @@ def format_table(result: dict[str, Any]) -> str:
     if result["problem"] == "regression":
         return (f"examples {result['examples']}   MAE {result['mae']:.4g}   RMSE {result['rmse']:.4g}   "
                 f"R² {result['r2']:.4f}")
-    from torchwise.report import many_classes
+    from torchwise.report import imbalance, many_classes
 
     per_class = result["per_class"]
     many = "confusion" not in result or many_classes.is_many(len(per_class))
     rows = many_classes.worst_classes(per_class) if many else per_class  # many classes: the worst, and counts
     names = [str(c["class"]) for c in per_class]
     width = max(8, *(len(str(r["class"])) for r in rows)) if rows else 8
+    balance = (result.get("class_balance") or {}).get("imbalanced") or result.get("rarely_predicted")
     lines = [f"accuracy {result['accuracy']:.4f} on {result['examples']} examples"
              + (f"   top-5 {result['top5_accuracy']:.4f}" if "top5_accuracy" in result else "")
-             + f"   macro F1 {result['macro_f1']:.4f}", ""]
+             + f"   macro F1 {result['macro_f1']:.4f}"
+             + (f"   balanced accuracy {result['balanced_accuracy']:.4f}" if balance else ""),
+             *imbalance.warning_lines(result), ""]
     if many:
         lines.append(many_classes.per_class_note(per_class, len(rows)))
     lines.append(f"{'class':<{width}}  precision  recall     f1  support")
@@ -143,6 +146,12 @@ def _evaluate(args: argparse.Namespace, run_dir: Path, weights: Path | None, out
     task = eval_task(run_dir, meta, args.data)
     outputs, targets = predict(model, task.val, batch_size=args.batch_size, device=args.device)
     result = evaluate_outputs(outputs, targets, meta)
+    if meta["problem"] == "classification":  # imbalance judged on the run's training counts (final/meta.json) if kept
+        from torchwise.report import imbalance
+
+        counts = meta.get("train_class_counts")
+        train = dict(zip(meta["class_names"], counts)) if isinstance(counts, list) else None
+        imbalance.judge(result, train, weighted="class_weights" in meta)
     result.update({"run": str(run_dir), "weights": str(weights or run_dir / "final" / "model.safetensors"),
                    "data": task.summary})
     if meta["problem"] == "classification":

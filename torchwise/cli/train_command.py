@@ -3,7 +3,7 @@
     torchwise train --data images/ --out runs/exp1 --epochs 5
     torchwise train --data table.csv --target price --out runs/price
     torchwise train --config run.yaml --set train.lr=0.003
-    torchwise train --out runs/exp1 --resume --epochs 10     (continue, with more epochs)
+    torchwise train --out runs/exp1 --resume --epochs 10 --extend-schedule restart   (train a finished run longer)
 
 The run directory gets config.yaml, split.json, data_stats.json, meta.json (written once every
 check has passed and the checkpoint, on resume, is loaded: before the first training step, so an
@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                           "of the top operators and a trace for TensorBoard/Perfetto")
     train.add_argument("--resume", action="store_const", const=True,
                        help="continue the run in --out from its last complete checkpoint (uses its config.yaml)")
+    train.add_argument("--extend-schedule", metavar="HOW", help="--resume longer than a onecycle/cosine schedule "
+                                                                "was laid out for: restart or keep_end")
     out = parser.add_argument_group("output and configuration")
     out.add_argument("--out", metavar="RUNDIR", help="run directory (required)")
     out.add_argument("--config", metavar="FILE", help="YAML file with sections data/model/train/output")

@@ -105,6 +105,9 @@ class Watcher:
         # the names of the class indices, when the run knows them (torchwise train: the folder names); findings
         # about classes say "class 3 ('dog')" instead of an index the user has to look up
         self.class_names: list[str] | None = None
+        # the training split's count per class index, when the run knows it (torchwise train): label-imbalance
+        # then judges and quotes the counts of the run's data table, not the sample of batches it checked
+        self.class_counts: list[int] | None = None
         self.max_steps = max_steps or None
         self.steps = 0  # optimizer steps so far (counted by optim_steps): the clock every part and detector reads
         self.phase_now: str | None = None  # what phase() last said the loop does ('train', 'eval'), or None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchwise.file_names import shown
-from torchwise.report import many_classes, plots
+from torchwise.report import imbalance, many_classes, plots
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -58,12 +58,17 @@ def _cards(items: Sequence[tuple[str, Any]]) -> str:
                                             for k, v in items if v is not None) + "</div>"
 
 
-def _curves(rows: list[dict[str, Any]]) -> str:
+def _curves(rows: list[dict[str, Any]], classes: int) -> str:
+    from torchwise.train.evaluate.streaming_metrics import shows_top5
+
     if not rows:
         return '<p class="muted">No metrics.csv rows.</p>'
+    # top-5 only where it says something (more than 10 classes: streaming_metrics.TOP5_MIN_CLASSES), also for a
+    # metrics.csv written before that rule
+    accuracies = ["val_acc", "val_top5"] if shows_top5(classes) else ["val_acc"]
     pngs = [
         plots.curve_png(rows, ["train_loss", "val_loss"], title="loss", ylabel="loss", log=True),
-        plots.curve_png(rows, ["val_acc", "val_top5"], title="validation accuracy", ylabel="accuracy"),
+        plots.curve_png(rows, accuracies, title="validation accuracy", ylabel="accuracy"),
         plots.curve_png(rows, ["lr"], title="learning rate", ylabel="lr"),
     ]
     return '<div class="plots">' + "".join(_img(p, "training curve") for p in pngs if p) + "</div>"
@@ -112,6 +117,20 @@ def _many_classes(evaluation: dict[str, Any]) -> str:
                      "per-class precision and recall of the worst classes") + "</div>",
               _table(["class", "precision", "recall", "f1", "support"], rows)]
     return "".join(parts)
+
+
+def _rare_classes(evaluation: dict[str, Any]) -> str:
+    """The warning about classes the model never or almost never predicts (report/imbalance.py), at the top."""
+    lines = imbalance.warning_lines(evaluation)
+    if not lines:
+        return ""
+    rare = evaluation["rarely_predicted"]
+    header, rows = imbalance.table_rows(evaluation)
+    more = rare["total"] - len(rows)
+    return (f'<div class="finding warning"><h3>[warning] {_esc(lines[0].removeprefix("warning: ").rstrip(":"))}</h3>'
+            + _table(header, rows)
+            + (f'<p class="muted">... and {more:,} more classes (eval.json lists {len(rows)})</p>' if more else "")
+            + f"<p>fix: {_esc(rare['fix'])}</p></div>")
 
 
 def _worst(worst: Sequence[dict[str, Any]]) -> str:
@@ -192,8 +211,8 @@ def write_report(run_dir: str | Path, *, title: str, summary: dict[str, Any], ev
     headline: list[tuple[str, Any]] = []
     if evaluation.get("problem") == "regression":
         headline.append(("val RMSE", evaluation.get("rmse")))
-    else:
-        headline.append(("val accuracy", evaluation.get("accuracy")))
+    elif "accuracy" in evaluation:  # with imbalanced classes: macro F1 and balanced accuracy beside it
+        headline += [(f"val {name}", value) for name, value in imbalance.headline(evaluation)]
     headline += [("run time (s)", timing.get("run_time_s")), ("train time (s)", timing.get("train_time_s")),
                  ("optimizer steps", timing.get("steps")), ("epochs", timing.get("epochs")),
                  ("samples / s", timing.get("samples_per_s"))]
@@ -201,7 +220,8 @@ def write_report(run_dir: str | Path, *, title: str, summary: dict[str, Any], ev
         f"<h1>{_esc(title)}</h1>",
         f'<p class="muted">{_esc(run_dir.resolve())} · written {_dt.datetime.now().isoformat(timespec="seconds")}</p>',
         _cards(headline),
-        "<h2>Training curves</h2>", _curves(rows),
+        _rare_classes(evaluation) if evaluation.get("problem") == "classification" else "",
+        "<h2>Training curves</h2>", _curves(rows, len(class_names)),
         "<h2>Validation results</h2>", _evaluation(evaluation, class_names),
     ]
     if evaluation.get("problem") != "regression":

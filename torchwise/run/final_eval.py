@@ -8,13 +8,16 @@ from typing import Any
 
 
 def evaluate(trainer, task, meta: dict[str, Any], run_dir: Path, n_worst: int, write: bool = True):
-    """Validation metrics of the final weights (the same functions `torchwise eval` uses) -> eval.json."""
+    """Validation metrics of the final weights (the same functions `torchwise eval` uses) -> eval.json, with
+    the verdict on imbalanced classes (report/imbalance.py) judged on the training split's class counts."""
+    from torchwise.report import imbalance
     from torchwise.run.scores import evaluate_outputs, worst_examples
 
     outputs, targets = trainer.predict(task.val)
     evaluation = evaluate_outputs(outputs, targets, meta)
     worst = []
     if task.problem == "classification":
+        imbalance.judge(evaluation, task.summary.get("train_counts"), weighted=task.class_weights is not None)
         worst = worst_examples(outputs, targets, task.val_ids, task.class_names, n_worst)
     if write:
         from torchwise.files import write_text

@@ -40,14 +40,20 @@ def log_loss(config, task, log) -> None:
 
 
 def log_result(summary: dict[str, Any], log) -> None:
+    """The `done:` line (with imbalanced classes macro F1 and balanced accuracy beside accuracy), the warning
+    about classes the model never predicts (report/imbalance.py), and where the weights and report are."""
+    from torchwise.report import imbalance
+
     ev, timing = summary["evaluation"], summary["timing"]
     if ev["problem"] == "classification":
-        score = f"val accuracy {ev['accuracy']:.4f}"
+        score = "val " + ", ".join(f"{name} {value:.4f}" for name, value in imbalance.headline(ev))
     else:
         score = f"val RMSE {ev['rmse']:.4g}, MAE {ev['mae']:.4g}, R² {ev['r2']:.3f}"
     epochs = f"{timing['epochs']} epoch" + ("" if timing["epochs"] == 1 else "s")
     log(f"done: {score} after {timing['steps']} steps ({epochs}) in {timing['train_time_s']:.1f} s "
         f"({timing['samples_per_s']} samples/s)")
+    for line in imbalance.warning_lines(ev) if ev["problem"] == "classification" else []:
+        log(line)
     log(f"weights: {summary['final']}")
     if summary["report"]:
         log(f"report:  {summary['report']}")

@@ -20,9 +20,10 @@ RESUME_APPLIED = frozenset({
     "data.num_workers", "data.cache", "data.cache_dir",
     "train.device", "train.precision", "train.fast", "train.threads", "train.profile", "train.deterministic",
     "train.eval_batch_size", "train.eval_every", "train.on_oom", "train.checkpoint_every", "train.keep_last",
-    "output.report", "output.worst_examples", "output.progress", "train.loggers",
+    "output.report", "output.worst_examples", "output.progress", "train.loggers", "train.extend_schedule",
 })
-# The run's length: applied (a longer or shorter run), unless the schedule was laid out for the old length.
+# The run's length: applied (a longer or shorter run); a schedule laid out for the old length needs the
+# user's choice of how it goes on (train.extend_schedule), else the new length is refused with the choices.
 RESUME_LENGTH = frozenset({"train.epochs", "train.max_steps"})
 LAID_OUT_SCHEDULES = ("onecycle", "cosine")
 # Only where the run started from: the checkpoint's weights replace them, so a new value is ignored.
@@ -33,10 +34,10 @@ RESUME_NOT_COMPARED = frozenset({"train.resume", "output.dir", "data.path"})
 # learning rate and its schedule, the batch, the seed, the loss, the strategy (and any key added later).
 
 
-def resume_policy(key: str, saved_scheduler: str) -> str:
+def resume_policy(key: str, saved_scheduler: str, extend_schedule: str = "none") -> str:
     """'applied', 'ignored' or 'refused' for a setting changed on resume."""
     if key in RESUME_LENGTH:
-        return "refused" if saved_scheduler in LAID_OUT_SCHEDULES else "applied"
+        return "refused" if saved_scheduler in LAID_OUT_SCHEDULES and extend_schedule == "none" else "applied"
     if key in RESUME_APPLIED:
         return "applied"
     return "ignored" if key in RESUME_IGNORED else "refused"
@@ -60,16 +61,12 @@ def plan_resume(config, run_dir: Path, checkpoint: Path, log=print):
     changed = {key: (was[key], now[key]) for key in was if key not in RESUME_NOT_COMPARED and was[key] != now[key]}
     by_policy: dict[str, dict[str, tuple[Any, Any]]] = {"applied": {}, "ignored": {}, "refused": {}}
     for key, values in changed.items():
-        by_policy[resume_policy(key, saved.train.scheduler)][key] = values
+        by_policy[resume_policy(key, saved.train.scheduler, now["train.extend_schedule"])][key] = values
     refused = by_policy["refused"]
     weights_fix = (f"train longer or differently as a new run that starts from this one's weights: --weights "
                    f"{checkpoint / 'model.safetensors'} --out NEW_RUNDIR")
     if refused and set(refused) <= RESUME_LENGTH:
-        raise TorchwiseError(
-            f"This run's {saved.train.scheduler} learning-rate schedule was planned for its original length.",
-            values={"run": str(run_dir), **{key: f"saved {a}, given {b}" for key, (a, b) in refused.items()},
-                    "scheduler": saved.train.scheduler},
-            fix=f"resume with the original length (drop these flags), or {weights_fix}")
+        raise _length_refused(saved, config, run_dir, checkpoint, refused)
     if refused:
         raise TorchwiseError(
             "These settings cannot change when a run is resumed: its checkpoint was trained with the saved values.",
@@ -87,6 +84,23 @@ def plan_resume(config, run_dir: Path, checkpoint: Path, log=print):
     tree["output"]["dir"] = config.output.dir
     tree["train"]["resume"] = True
     return cfg.from_dict(tree)
+
+
+def _length_refused(saved, config, run_dir: Path, checkpoint: Path, refused: dict[str, tuple[Any, Any]]):
+    """A new length for a schedule laid out over the old one: the choices, in steps (the checkpoint's position
+    and how far the run goes now, from its batches per epoch)."""
+    from torchwise.train.recipes.schedule import extend_error
+    from torchwise.train.state.checkpoint import read_state
+
+    state = read_state(checkpoint, mmap=True)
+    at_step = int(state["position"]["step"])
+    per_epoch = -(-int(state["data"]["batches_per_epoch"]) // max(1, saved.train.accumulate))
+    t = config.train
+    steps_now = t.max_steps if t.max_steps is not None else per_epoch * t.epochs
+    start = int(state.get("schedule_start_step", 0))
+    return extend_error(saved.train.scheduler, start + int(state["schedule_total_steps"]), steps_now, at_step,
+                        saved.train.lr, choice=lambda name: f"--extend-schedule {name}",
+                        values={"run": str(run_dir), **{key: f"saved {a}, given {b}" for key, (a, b) in refused.items()}})
 
 
 def _comparable(value: Any) -> Any:

@@ -22,7 +22,7 @@ def classification_metrics(outputs, targets, class_names: Sequence[str]) -> dict
     examples and the classes, never in classes squared."""
     import torch
 
-    from torchwise.train.evaluate.streaming_metrics import argmax_hits, top5_hits
+    from torchwise.train.evaluate.streaming_metrics import argmax_hits, shows_top5, top5_hits
 
     n = len(class_names)
     predicted = outputs.argmax(dim=1)
@@ -43,16 +43,20 @@ def classification_metrics(outputs, targets, class_names: Sequence[str]) -> dict
         "macro_precision": float(precision[present].mean()) if present.any() else 0.0,
         "macro_recall": float(recall[present].mean()) if present.any() else 0.0,
         "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
-        "per_class": [{"class": name, "precision": p, "recall": r, "f1": f, "support": int(c)}
-                      for name, p, r, f, c in zip(class_names, precision.tolist(), recall.tolist(), f1.tolist(),
-                                                  support.tolist())],
+        # the mean of the per-class recalls over the classes with examples (scikit-learn's balanced_accuracy_score):
+        # the macro recall under the name people look for
+        "balanced_accuracy": float(recall[present].mean()) if present.any() else 0.0,
+        # "predicted": how often the model named the class (a class never named is one it ignores)
+        "per_class": [{"class": name, "precision": p, "recall": r, "f1": f, "support": int(c), "predicted": int(k)}
+                      for name, p, r, f, c, k in zip(class_names, precision.tolist(), recall.tolist(), f1.tolist(),
+                                                     support.tolist(), predicted_count.tolist())],
         "class_names": list(class_names),
     }
     if n <= FULL_CONFUSION_MAX:
         result["confusion"] = torch.bincount(targets * n + predicted, minlength=n * n).reshape(n, n).tolist()
     else:
         result["confusion_top"] = most_confused(targets, predicted, class_names)
-    if n > 5:
+    if shows_top5(n):
         result["top5_accuracy"] = float(top5_hits(outputs, targets).double() / max(1, targets.numel()))
     return result
 

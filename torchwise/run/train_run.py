@@ -206,14 +206,20 @@ def _fit(trainer, config, task):
     return result, _timing(result, time.perf_counter() - fit_started, config, task, trainer)
 
 
+def _earlier_sessions_s(timing: dict[str, Any]) -> float:
+    """Seconds trained by the sessions before this one (a resumed run's): its run time counts them too."""
+    return max(0.0, timing["train_time_s"] - timing["train_time_this_session_s"])
+
+
 def _finish(config, run_dir: Path, task, result, evaluation, worst, timing: dict[str, Any], started: float,
             log) -> dict[str, Any]:
     """Rank 0: the report, the run's summary, and the lines that say how it went."""
     report_path = None
+    earlier = _earlier_sessions_s(timing)
     if config.output.report:
-        timing["run_time_s"] = round(time.perf_counter() - started, 2)
+        timing["run_time_s"] = round(time.perf_counter() - started + earlier, 2)
         report_path = write_run_report(run_dir, config, task, evaluation, worst, timing)
-    timing["run_time_s"] = round(time.perf_counter() - started, 2)
+    timing["run_time_s"] = round(time.perf_counter() - started + earlier, 2)
     summary = {"run_dir": str(run_dir), "evaluation": evaluation, "timing": timing,
                "report": str(report_path) if report_path else None, "final": str(result.final_path)}
     log_result(summary, log)
@@ -231,15 +237,18 @@ def _step_of(checkpoint: Path | None) -> int:
     return int(digits) if digits else 0
 
 
-def _timing(result, train_time: float, config, task, trainer) -> dict[str, Any]:
+def _timing(result, session_time: float, config, task, trainer) -> dict[str, Any]:
+    """The run's timing, all its sessions together (a resumed run continues the clock its checkpoint kept)."""
     import torch
 
     t = config.train
     steps_now = result.steps - _step_of(result.resumed_from)
+    train_time = session_time + trainer.pos.earlier_sessions_s
     # Every batch is full except the last of each epoch, so this overcounts by less than one batch per epoch.
-    samples = min(steps_now * t.batch_size * t.accumulate, max(1, result.epochs) * len(task.train)) if steps_now else 0
-    return {"train_time_s": round(train_time, 2), "steps": result.steps, "steps_this_session": steps_now,
-            "epochs": result.epochs, "samples_per_s": round(samples / train_time, 1) if train_time > 0 else None,
-            "steps_per_s": round(steps_now / train_time, 2) if train_time > 0 else None,
+    samples = min(result.steps * t.batch_size * t.accumulate, max(1, result.epochs) * len(task.train))
+    return {"train_time_s": round(train_time, 2), "train_time_this_session_s": round(session_time, 2),
+            "steps": result.steps, "steps_this_session": steps_now, "epochs": result.epochs,
+            "samples_per_s": round(samples / train_time, 1) if train_time > 0 else None,
+            "steps_per_s": round(result.steps / train_time, 2) if train_time > 0 else None,
             "stopped_early": result.stopped_early, "skipped_steps": result.skipped_steps,
             "device": str(trainer.device), "threads": torch.get_num_threads()}

@@ -47,6 +47,9 @@ def make_trainer(config, task, model, run_dir: Path | None, meta: dict[str, Any]
     """The Trainer of `model` on a prepared task (torchwise.data.tasks.prepare_task), set up as `config` says."""
     from torchwise.train.trainer import Trainer
 
+    counts = task.summary.get("train_counts") if task.problem == "classification" else None
+    if counts and task.class_names:  # the checker's label-imbalance then quotes the data table's counts
+        meta = {**meta, "train_class_counts": [int(counts.get(name, 0)) for name in task.class_names]}
     return Trainer(model, optimizer=optimizer_factory(config.train), loss=task.loss(), train_data=task.train,
                    val_data=task.val, task=task.problem, metadata=meta, batch_augment=task.batch_augment,
                    batch_eval=task.batch_eval, **trainer_settings(config, run_dir))

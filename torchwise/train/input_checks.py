@@ -55,13 +55,39 @@ def check_model(model: nn.Module) -> None:
 
 
 def check_optimizer_arg(optimizer: Any, model: nn.Module) -> None:
-    if optimizer is None or callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+    if optimizer is None:
+        return
+    if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+        # called with the parameters only when fit() starts: a factory that cannot take them is refused now
+        require(_takes_one_argument(optimizer), "The optimizer factory must take the parameters as its argument.",
+                {"optimizer": getattr(optimizer, "__qualname__", type(optimizer).__name__)},
+                "Pass optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3) (not lambda: ...).")
         return
     require(isinstance(optimizer, torch.optim.Optimizer),
             "optimizer must be an Optimizer, a factory taking the parameters, or None.",
             {"optimizer": type(optimizer).__name__},
             "Pass torch.optim.AdamW(model.parameters(), lr=1e-3) or lambda params: torch.optim.AdamW(params, lr=1e-3).")
     check_optimizer_holds(optimizer, model)
+
+
+def _takes_one_argument(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(object())
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): it is tried when fit() calls it
+        pass
+    return True
+
+
+def callback_list(callbacks: Any) -> list[Any]:
+    """The Trainer's callbacks argument: a list (or other iterable) of callback objects."""
+    require(hasattr(callbacks, "__iter__") and not isinstance(callbacks, (str, bytes)),
+            "callbacks must be a list of callback objects.", {"callbacks": type(callbacks).__name__},
+            f"Pass callbacks=[{type(callbacks).__name__}(...)], a list even for one callback.")
+    return list(callbacks)
 
 
 def check_optimizer_holds(opt: torch.optim.Optimizer, model: nn.Module) -> None:

@@ -32,6 +32,11 @@ TASKS = ("classification", "regression")
 ALIASES = {"max_epochs": "epochs"}
 
 
+def _opt(default: Any, help: str) -> Any:
+    """A setting with its default and its help text (docs/guide.md's Trainer table is generated from it)."""
+    return field(default=default, metadata={"help": help})
+
+
 def _require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
     if not ok:
         raise ConfigError(what, values=values, fix=fix)
@@ -65,15 +70,18 @@ def _callable_or_none(name: str, fn: Any, fix: str) -> None:
 @dataclass(kw_only=True)
 class LoopSettings:
     """What the loop does: the task, its length, the batch, the seed, skipped steps."""
-    task: str = "classification"
-    epochs: int = 1                       # max_steps wins when given
-    max_steps: int | None = None
-    batch_size: int = 32
-    accumulate: int = 1                   # micro-batches per optimizer step
-    seed: int = 0
-    deterministic: bool | None = None     # None: as the process already has it
-    max_consecutive_skips: int = 10
-    on_oom: str = "raise"                 # or "adapt": half micro-batch, double accumulation, same result
+    task: str = _opt("classification", "classification (cross-entropy, accuracy) or regression (MSE, MAE)")
+    epochs: int = _opt(1, "passes over the training data (max_steps wins when given)")
+    max_steps: int | None = _opt(None, "stop after this many optimizer steps")
+    batch_size: int = _opt(32, "samples per micro-batch")
+    accumulate: int = _opt(1, "micro-batches per optimizer step (gradient accumulation)")
+    seed: int = _opt(0, "the run's seed: python, numpy, torch, CUDA and the data order")
+    deterministic: bool | None = _opt(None, "True: reproducible kernels (slower); False: fast ones; None: as "
+                                            "this process already has it")
+    max_consecutive_skips: int = _opt(10, "stop when this many optimizer steps in a row were skipped "
+                                          "(a non-finite loss or gradient)")
+    on_oom: str = _opt("raise", "on out-of-memory: raise (stop with the remedies) or adapt (half the "
+                                "micro-batch, double the accumulation: same result)")
 
     def __post_init__(self) -> None:
         _require(self.task in TASKS, "Unknown task.", {"task": self.task, "allowed": ", ".join(TASKS),
@@ -93,14 +101,17 @@ class LoopSettings:
 @dataclass(kw_only=True)
 class DataSettings:
     """How batches are loaded and prepared on the device."""
-    num_workers: int | str = "auto"       # "auto", "tune" or a number
+    num_workers: int | str = _opt("auto", "DataLoader worker processes: a number, auto (0 on the CPU) or tune "
+                                          "(measure a few counts and take the fastest)")
     # whole batches on the device after the copy (torchwise.data.device_augment)
-    batch_augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
-    batch_eval: Callable[[torch.Tensor], torch.Tensor] | None = None
-    # MixUp / CutMix of training batches: the Beta(alpha, alpha) of each (0: off; timm's usual 0.8 / 1.0);
-    # with both on, each batch is one or the other. Never in validation.
-    mixup: float = 0.0
-    cutmix: float = 0.0
+    batch_augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = _opt(
+        None, "fn(inputs, generator) applied to whole training batches on the device (e.g. BatchAugment)")
+    batch_eval: Callable[[torch.Tensor], torch.Tensor] | None = _opt(
+        None, "fn(inputs) applied to validation batches on the device (e.g. BatchEval)")
+    mixup: float = _opt(0.0, "MixUp of training batches, the alpha of Beta(alpha, alpha) (0: off; usual: 0.8); "
+                             "never in validation")
+    cutmix: float = _opt(0.0, "CutMix of training batches, its alpha (0: off; usual: 1.0); with mixup too, each "
+                              "batch is one or the other")
 
     def __post_init__(self) -> None:
         n = self.num_workers
@@ -116,20 +127,35 @@ class DataSettings:
 @dataclass(kw_only=True)
 class OptimSettings:
     """The update and its learning-rate schedule (the optimizer itself is Trainer's optimizer=)."""
-    clip_grad_norm: float | None = None
-    scheduler: Any = None                 # None/"none", "onecycle", "cosine", "step", "plateau", or your own
-    scheduler_interval: str | None = None
-    warmup_steps: int = 0
-    label_smoothing: float = 0.0          # for the default CrossEntropyLoss (a loss= of yours keeps its own)
-    ema_decay: float | None = None        # an exponential moving average of the weights (e.g. 0.999): evaluated,
-                                          # saved as best/final and exported in place of the raw weights
-    backbone_lr_scale: float = 1.0        # the learning rate of every parameter but the head's, times this
+    clip_grad_norm: float | None = _opt(None, "clip the gradient norm to this value (None: no clipping)")
+    scheduler: Any = _opt(None, "learning-rate schedule: None, onecycle, cosine, step, plateau, or "
+                                "fn(optimizer, total_steps) -> a torch scheduler")
+    scheduler_interval: str | None = _opt(None, "when your own scheduler steps: step, epoch or plateau (None: "
+                                                "plateau for a ReduceLROnPlateau, else every step)")
+    warmup_steps: int = _opt(0, "linear warm-up steps (cosine schedule)")
+    # a run resumed longer than its onecycle/cosine schedule was laid out for (recipes/schedule.py)
+    extend_schedule: str | None = _opt(None, "a resumed run made longer than its onecycle/cosine schedule was laid "
+                                             "out for: None refuses and shows the choices, restart lays the schedule "
+                                             "out again from there, keep_end holds its last value")
+    label_smoothing: float = _opt(0.0, "label smoothing of the default CrossEntropyLoss (a loss= of yours keeps "
+                                       "its own)")
+    ema_decay: float | None = _opt(None, "an exponential moving average of the weights (e.g. 0.999): evaluated, "
+                                         "saved as best/final and exported in place of the raw weights")
+    backbone_lr_scale: float = _opt(1.0, "the learning rate of every parameter but the head's, times this "
+                                         "(0: the backbone is frozen)")
 
     def __post_init__(self) -> None:
         c = self.clip_grad_norm
         _require(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0),
                  "clip_grad_norm must be None or a positive number.", {"clip_grad_norm": c}, "A typical value is 1.0.")
         _int_at_least(self, ("warmup_steps",), 0)
+        _require(self.extend_schedule in (None, "none", "restart", "keep_end"), "Unknown extend_schedule.",
+                 {"extend_schedule": self.extend_schedule, "allowed": "None, 'restart', 'keep_end'",
+                  "did you mean": did_you_mean(str(self.extend_schedule), ("restart", "keep_end"))},
+                 "'restart': a resumed, longer run lays its onecycle/cosine schedule out again from where it resumes; "
+                 "'keep_end': the schedule ends as planned and its last value holds; None: such a resume is refused.")
+        if self.extend_schedule == "none":  # the CLI's word for not set
+            self.extend_schedule = None
         ls = self.label_smoothing
         _require(_is_number(ls) and 0.0 <= ls < 1.0, "label_smoothing must be a number in [0, 1).",
                  {"label_smoothing": ls}, "A usual value is 0.1; 0 turns it off.")
@@ -145,8 +171,9 @@ class OptimSettings:
 
 @dataclass(kw_only=True)
 class DeviceSettings:
-    device: str | torch.device = "auto"
-    precision: str = "auto"
+    device: str | torch.device = _opt("auto", "auto (the GPU when there is one), cpu, cuda, cuda:1, mps, or a "
+                                              "torch.device")
+    precision: str = _opt("auto", "auto (the best the device does well), fp32, bf16 or fp16")
 
     def __post_init__(self) -> None:
         _require(isinstance(self.device, (str, torch.device)), "device must be a string or a torch.device.",
@@ -160,12 +187,15 @@ class DeviceSettings:
 @dataclass(kw_only=True)
 class EvalSettings:
     """Validation, and the one monitored metric (best weights, early stopping, plateau schedule)."""
-    eval_every: int | None = None         # None: at the end of each epoch
-    eval_batch_size: int | None = None    # None: batch_size
-    monitor: str | None = None            # None: the EarlyStopping's, else "val_loss"
-    mode: str | None = None               # None: the EarlyStopping's, else from the metric's name
-    min_delta: float | None = None        # None: the EarlyStopping's, else 0.0
-    early_stopping: Any = None            # an EarlyStopping, a patience (int, as the CLI's), or None
+    eval_every: int | None = _opt(None, "validate every N optimizer steps (None: at the end of each epoch)")
+    eval_batch_size: int | None = _opt(None, "samples per validation batch (None: batch_size)")
+    monitor: str | None = _opt(None, "the metric that picks the best weights, early stopping and the plateau "
+                                     "schedule (None: the EarlyStopping's, else val_loss)")
+    mode: str | None = _opt(None, "min or max for the monitored metric (None: the EarlyStopping's, else from "
+                                  "the metric's name)")
+    min_delta: float | None = _opt(None, "the smallest change that counts as better (None: the EarlyStopping's, "
+                                         "else 0.0)")
+    early_stopping: Any = _opt(None, "a torchwise.EarlyStopping, a patience (an integer, as the CLI's), or None")
 
     def __post_init__(self) -> None:
         from torchwise.train.evaluate.early_stop import EarlyStopping
@@ -190,10 +220,12 @@ class EvalSettings:
 
 @dataclass(kw_only=True)
 class CheckpointSettings:
-    out_dir: str | Path | None = None     # None: nothing is written
-    checkpoint_every: int | None = None   # None: at the end of every epoch
-    keep_last: int = 2
-    resume: bool | str | Path = False     # True: the newest complete checkpoint in out_dir; or a path
+    out_dir: str | Path | None = _opt(None, "the run directory (None: nothing is written)")
+    checkpoint_every: int | None = _opt(None, "save a checkpoint every N optimizer steps (None: at the end of "
+                                              "every epoch)")
+    keep_last: int = _opt(2, "checkpoints kept (older ones are deleted)")
+    resume: bool | str | Path = _opt(False, "True: continue from the newest complete checkpoint in out_dir; or a "
+                                            "checkpoint's path")
 
     def __post_init__(self) -> None:
         _require(self.out_dir is None or isinstance(self.out_dir, (str, Path)), "out_dir must be a folder path.",
@@ -208,9 +240,12 @@ class CheckpointSettings:
 
 @dataclass(kw_only=True)
 class FastSettings:
-    fast: Any = "auto"                    # "auto", "off", parts (a list, or joined by commas as in the CLI)
-    compile_options: Mapping[str, Any] | None = None
-    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
+    fast: Any = _opt("auto", "speed switches: auto, off, or parts (a list, or joined by commas) from "
+                             "channels_last, tf32, fused_optimizer, compile, prefetch, sync_free, cuda_graph")
+    compile_options: Mapping[str, Any] | None = _opt(None, "keyword arguments for torch.compile when fast "
+                                                           "includes compile")
+    gradient_checkpointing: bool = _opt(False, "recompute activations in backward: less memory, ~30% more "
+                                               "compute")
 
     def __post_init__(self) -> None:
         if isinstance(self.fast, str) and self.fast not in ("auto", "off"):
@@ -223,8 +258,8 @@ class FastSettings:
 
 @dataclass(kw_only=True)
 class DistributedSettings:
-    strategy: str = "auto"
-    dist_timeout_s: float = 300.0
+    strategy: str = _opt("auto", "with several processes (torchrun): ddp replicates the model, fsdp shards it")
+    dist_timeout_s: float = _opt(300.0, "seconds the processes wait for each other before giving up")
 
     def __post_init__(self) -> None:
         _require(self.strategy in STRATEGIES, "Unknown strategy.",
@@ -238,8 +273,9 @@ class DistributedSettings:
 
 @dataclass(kw_only=True)
 class CheckSettings:
-    checks: bool = True                   # torchwise check's detectors on the run
-    profile: bool | int = False           # True: 5 steps after a warm-up, or a number of steps
+    checks: bool = _opt(True, "watch the run with torchwise check's detectors (findings in the console and "
+                              "the report)")
+    profile: bool | int = _opt(False, "profile optimizer steps after a warm-up: True (5 steps) or a number")
 
     def __post_init__(self) -> None:
         _require(isinstance(self.checks, bool), "checks must be True or False.", {"checks": self.checks},
@@ -251,14 +287,14 @@ class CheckSettings:
 
 @dataclass(kw_only=True)
 class LoggingSettings:
-    progress: bool | str = "auto"         # "auto": a bar on a terminal, one line per epoch elsewhere
-    log_every: int = 10
-    tensorboard: bool = True
-    # where metrics go: None is ["csv", "tensorboard"] (tensorboard=False drops it); names from "csv",
-    # "tensorboard", "mlflow", "wandb", or logger objects of your own (torchwise.train.loggers.Logger)
-    loggers: Any = None
-    metadata: Mapping[str, Any] | None = None    # written to final/meta.json
-    run_config: Mapping[str, Any] | None = None  # the launcher's own config (the CLI's RunConfig), recorded too
+    progress: bool | str = _opt("auto", "auto: a bar on a terminal, one line per epoch elsewhere; True; False")
+    log_every: int = _opt(10, "log loss, learning rate and gradient norm every N optimizer steps")
+    tensorboard: bool = _opt(True, "write TensorBoard event files (tb/) when loggers is None")
+    loggers: Any = _opt(None, "where metrics go: names from csv, tensorboard, mlflow, wandb, or logger objects "
+                              "of your own (None: csv and tensorboard)")
+    metadata: Mapping[str, Any] | None = _opt(None, "a dict of your own, written to final/meta.json")
+    run_config: Mapping[str, Any] | None = _opt(None, "the launcher's own config (the CLI's), recorded with the "
+                                                      "run")
 
     def __post_init__(self) -> None:
         _require(self.progress in ("auto", True, False), "progress must be 'auto', True or False.",

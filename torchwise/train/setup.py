@@ -36,7 +36,8 @@ from torchwise.train.state.run_files import RunFiles
 from torchwise.train.step.contract import StepContract
 from torchwise.train.step.precision import Precision, choose_device, choose_precision
 from torchwise.train.speed.prefetch import prefetch_allowed
-from torchwise.train.state.reproducibility import configure_determinism, seed_everything
+from torchwise.train.state.reproducibility import (configure_determinism, seed_everything, torch_was_seeded,
+                                                   unseeded_model_note)
 from torchwise.train.recipes.schedule import Schedule, build_schedule
 from torchwise.train.distributed.sharding import is_sharded
 from torchwise.train.step.body import StepRunner
@@ -79,6 +80,8 @@ class RunSetup:
         self.precision: Precision | None = None
         self.evaluator: Evaluator | None = None
         self.determinism_note = ""
+        # Read when the Trainer is made, just after the model: were its initial weights drawn from a seeded torch?
+        self.model_seeded = torch_was_seeded()
         self.fast_plan = FastPlan()  # the real plan is made in setup_run(), once the device is known
         self.shape_guard: shape_watch.ShapeWatch | None = None
         self.cudnn_benchmark_off: str | None = None  # why the run switched cudnn.benchmark off, if it did
@@ -123,10 +126,13 @@ class RunSetup:
         self.done = True  # (after the claim: a refused fit() may be called again, as the first stage)
         if run.dist.enabled:
             run.device_arg = device
+        if not (self.model_seeded or cfg.resume) and run.dist.is_main and cfg.progress is not False:
+            print(unseeded_model_note(cfg.seed), file=sys.stderr)  # a resumed run takes its checkpoint's weights
         # Each rank draws its own dropout masks; the data order does not depend on this seed.
         seed_everything(cfg.seed + run.dist.rank)
         self.setup_basics()
-        self.determinism_note = configure_determinism(cfg.deterministic, cuda=self.device.type == "cuda")
+        self.determinism_note = configure_determinism(cfg.deterministic, cuda=self.device.type == "cuda",
+                                                      cli=bool(cfg.run_config))
         # benchmark mode (on for speed) goes off again if the input shapes turn out to vary
         self.shape_guard = shape_watch.ShapeWatch() if shape_watch.wanted(run.model, self.device) else None
         self.fast_plan = plan_fast(cfg.fast, self.device, run.model)
@@ -237,7 +243,7 @@ class RunSetup:
         if self.train_loader.keeps_own_state:  # a StatefulDataLoader: its own position, restored by itself
             files.register("train_loader", LoaderState(self.train_loader))
         files.register("optimizer", OptimizerState(self.optimizer, is_sharded(self.run.model)))
-        files.register("scheduler", self.schedule.scheduler if self.schedule is not None else None)
+        files.register("scheduler", self.schedule)  # (its torch scheduler's state; recipes/schedule.py)
         files.register("scaler", self.step_runner.scaler)
         files.register("early_stopping", self.run.config.early_stopping)
         files.register("position", self.run.pos)
@@ -336,6 +342,8 @@ class RunSetup:
                                val=self.val_loader.loader if self.val_loader is not None else None)
         names = (self.run.config.metadata or {}).get("class_names")  # torchwise train's folder / label names
         watcher.class_names = [str(n) for n in names] if isinstance(names, (list, tuple)) else None
+        counts = (self.run.config.metadata or {}).get("train_class_counts")  # its training split's class counts
+        watcher.class_counts = [int(k) for k in counts] if isinstance(counts, (list, tuple)) else None
         self.evaluator.watcher = watcher
         return watcher
 

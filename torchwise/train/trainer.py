@@ -138,7 +138,7 @@ class Trainer:
         self.reporter = EvalReporter(self)
         self.stages = Stages(self)
         self.interrupts = InterruptHandler(self)
-        for callback in callbacks:
+        for callback in checks_.callback_list(callbacks):
             self.add_callback(callback)
 
     def __getattr__(self, name: str) -> Any:
@@ -263,10 +263,8 @@ class Trainer:
         try:
             with guard:
                 return self._fit(stage)
-        except KeyboardInterrupt:
-            if not guard.handled:  # stopped at once: no checkpoint of this moment
-                self.interrupts.say_interrupted(None)
-            raise
+        except KeyboardInterrupt as stop:  # every Ctrl-C ends as torchwise.errors.Interrupted: no traceback
+            raise self.interrupts.ended(stop) from None
         finally:
             switches.restore()
             self.files.release_out_dir()  # the run folder's lock, taken by the set-up (train/state/run_lock.py)
@@ -284,7 +282,7 @@ class Trainer:
         self.files.write_config()
         self.events.emit("fit_start", trainer=self)
         self._start_profiler()
-        start_time = time.perf_counter()
+        start_time = pos.start_clock()  # the run's start on this clock: its earlier sessions' time counts
         stopped_early = False
         eval_every = self.config.eval_every
         guard.deferring = guard.active
@@ -332,7 +330,7 @@ class Trainer:
         final_path = self.files.finish()
         if self.interrupts.guard.pending and self.setup.watcher is not None:
             self.setup.watcher.detach()
-        self.interrupts.after_finish(final_path)  # raises KeyboardInterrupt on a Ctrl-C meanwhile
+        self.interrupts.after_finish(final_path)  # raises Interrupted on a Ctrl-C meanwhile
         findings = self.setup.report_findings()
         barrier(self.dist)
         result = FitResult(

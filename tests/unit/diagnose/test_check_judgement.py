@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from torchwise.diagnose.checks import loss_curve
 from torchwise.diagnose.checks import model as model_checks
 from torchwise.diagnose.checks import optim as optim_checks
 from torchwise.script_check.runner import run_script
@@ -177,9 +178,9 @@ def test_trend_separates_noise_from_progress():
     noise = (torch.randn(300, generator=g) * 0.1).tolist()
     flat = [2.3 + e for e in noise]
     slow = [2.31 - 0.0002 * i + e for i, e in enumerate(noise)]
-    b, se, m = model_checks._trend(flat)
+    b, se, m = loss_curve.trend(flat)
     assert max(0.0, -(b - 2 * se)) * m < 0.03 * 2.3       # clearly no progress
-    b, se, m = model_checks._trend(slow)
+    b, se, m = loss_curve.trend(slow)
     assert max(0.0, -(b - 2 * se)) * m >= 0.03 * 2.3      # progress cannot be ruled out
 
 

@@ -4,6 +4,7 @@ into cross_entropy, nll_loss on raw scores, index masks over one full-graph forw
 by design. Every test runs the real checker on a real script (the zoo's, or a variant written here)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,32 @@ def test_imbalance_the_model_handles_is_an_info_hint(tmp_path):
     f = by_id(run(script))["label-imbalance"]
     assert f.severity == "info" and not f.counts and f.evidence["rare_class_predicted_recently"] > 0
     assert "valid choice" in f.maybe_fine
+    assert re.search(r"In the last 10 batches checked the model predicted class 1 \d+ times \(they held \d+ of its "
+                     r"samples\)\.$", f.message), f.message
+
+
+def test_an_imbalance_hint_says_what_it_counted_and_never_contradicts_itself(tmp_path):
+    """Issue 28: the hint said "the model does predict class 0 ('five') (0 times for its 3 samples ...)" and
+    quoted the checked batches' labels as if they were the data's. Here the model is made to predict only the
+    common class for 20 steps: an info hint (too early to tell), which says so, and what it counted."""
+    script = variant(tmp_path, ZOO / "buggy" / "imbalanced_minority_never_predicted.py",
+                     ("range(3)", "range(1)"), ("n = 4000", "n = 2000"),
+                     ("opt = torch", "model[2].bias.data = torch.tensor([6.0, -6.0])\nopt = torch"))
+    f = by_id(run(script))["label-imbalance"]
+    assert f.severity == "info" and f.evidence["rare_class_predicted_recently"] == 0
+    batches, labels = f.evidence["labels_seen"] // 100, f.evidence["labels_seen"]
+    assert f"in the {labels} labels of the {batches} training batches checked (the checker counts the batches it " \
+           "checks)" in f.message, f.message
+    assert "did not predict class 1" in f.message and "not yet a warning: only 20 optimizer steps" in f.message
+    assert "does predict" not in f.message + (f.maybe_fine or ""), f.maybe_fine
+
+
+def test_the_rare_samples_the_hint_quotes_are_the_checked_batches_own(tmp_path):
+    """4 checked batches, all among the last 10: the rare class's samples in them are its count over them (the
+    first batch's counts were the running total's tensor, added to in place, and counted twice or more)."""
+    script = variant(tmp_path, ZOO / "buggy" / "imbalanced_minority_never_predicted.py",
+                     ("range(3)", "range(1)"), ("n = 4000", "n = 400"), ("< 0.02", "< 0.06"))
+    f = by_id(run(script))["label-imbalance"]
+    assert f.evidence["labels_seen"] == 400 and "of the 4 training batches checked" in f.message, f.message
+    assert f.evidence["rare_class_samples_recently"] == f.evidence["counts"][1], f.evidence
+    assert f"(they held {f.evidence['counts'][1]} of its samples)" in f.message, f.message

@@ -348,10 +348,10 @@ def test_after_a_failing_metric_the_kept_steps_resume_exactly(tmp_path):
 
 
 def test_a_monitor_this_run_cannot_produce_is_told_at_the_first_evaluation(tmp_path):
-    # val_top5 exists only with more than 5 classes: known at the first evaluation, and the steps are kept
+    # val_top5 exists only with more than 10 classes: known at the first evaluation, and the steps are kept
     with pytest.raises(TorchwiseError) as excinfo:
         trainer(val_data=make_data(seed=1), monitor="val_top5", out_dir=tmp_path).fit()
-    assert_clear_api_error(excinfo, "val_top5", "did you mean: val_loss", "more than 5 classes")
+    assert_clear_api_error(excinfo, "val_top5", "did you mean: val_loss", "more than 10 classes")
     assert (tmp_path / "checkpoints" / "step-000000002" / "COMPLETE").is_file()
 
 

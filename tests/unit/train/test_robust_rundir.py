@@ -101,7 +101,8 @@ def test_a_new_length_is_refused_when_the_schedule_was_laid_out_for_the_old_one(
     saved["train"]["scheduler"] = scheduler  # the run as a one-cycle/cosine run would have saved it
     (run / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
     refused(run, "train", "--out", run, "--resume", *flag,
-            must_say=("planned for its original length", scheduler, "given " + flag[1], "--weights"))
+            must_say=("laid out for the old length", scheduler, "given " + flag[1], "steps then: 8",
+                      "--extend-schedule restart", "--extend-schedule keep_end"))
 
 
 def test_resume_applies_length_and_bookkeeping_ignores_start_weights_and_config_says_so(run):

@@ -202,8 +202,8 @@ def test_validation_does_not_change_the_training_trajectory():
 
 
 def test_topk_and_user_metrics():
-    data = make_data(n=120, classes=10)
-    trainer = torchwise.Trainer(mlp(classes=10), sgd(), train_data=data, val_data=data, max_steps=2, progress=False,
+    data = make_data(n=120, classes=12)  # top-5 is counted above 10 classes (streaming_metrics.TOP5_MIN_CLASSES)
+    trainer = torchwise.Trainer(mlp(classes=12), sgd(), train_data=data, val_data=data, max_steps=2, progress=False,
                                 metrics={"always_one": lambda out, target: 1.0})
     metrics = trainer.evaluate()
     assert set(metrics) == {"val_loss", "val_acc", "val_top5", "val_always_one"}
@@ -422,7 +422,8 @@ def test_resuming_a_one_cycle_run_with_more_epochs_is_refused_clearly(tmp_path):
     torchwise.Trainer(mlp(), sgd(), max_epochs=1, **kwargs).fit()
     with pytest.raises(ConfigError, match="run's length changed") as info:
         torchwise.Trainer(mlp(), sgd(), max_epochs=3, resume=True, **kwargs).fit()
-    assert "total steps then: 8" in str(info.value) and "total steps now: 24" in str(info.value)
+    assert "steps then: 8" in str(info.value) and "steps now: 24" in str(info.value)
+    assert "extend_schedule='restart'" in str(info.value) and "extend_schedule='keep_end'" in str(info.value)
 
 
 def test_the_trainer_runs_torchwise_checks_detectors(tmp_path, capfd):

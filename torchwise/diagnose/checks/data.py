@@ -173,10 +173,24 @@ def _train_loader_site(w) -> str | None:
     return None
 
 
+def _single_class_by_chance(o: dict) -> float:
+    """How many of the batches seen would hold a single class if they were shuffled: sum over batches of
+    sum_k p_k ** size, with p the class shares of every label seen. Rare positives in batches of 8 give mostly
+    single-class batches however well they are shuffled (3% positives: 78% of them)."""
+    p = o["counts"].double() / max(1, int(o["counts"].sum()))
+    return sum(k * float((p ** size).sum()) for size, k in o["sizes"].items())
+
+
 def _shuffle(w) -> list[Finding]:
+    """no-shuffle: far more single-class batches than shuffled batches of these class shares would hold (sorted
+    data), not merely many of them (imbalanced classes in small batches); judged per classification loss (per
+    number of classes), for a multi-task step's losses each have their own labels."""
     c = w.loss_watch.cls
-    n = c.get("batches_multi", 0)
-    if n >= 10 and c["counts"] is not None and int((c["counts"] > 0).sum()) >= 2 and c["single"] >= 0.5 * n:
+    for o in c.get("order", {}).values():
+        n = o["batches"]
+        if n < 10 or int((o["counts"] > 0).sum()) < 2 or o["single"] < 0.5 * n \
+                or o["single"] < _single_class_by_chance(o) + 0.4 * n:
+            continue
         from torch.utils.data import SequentialSampler
         site = None
         for p in w.loaders.passes:
@@ -184,10 +198,10 @@ def _shuffle(w) -> list[Finding]:
                 site = p.site
                 break
         return [Finding("no-shuffle", where=site or c["where"],
-                        message=f"{c['single']} of {n} training batches contain a single class: the data is "
+                        message=f"{o['single']} of {n} training batches contain a single class: the data is "
                                 f"ordered by label and not shuffled"
                                 f"{' (the DataLoader uses shuffle=False)' if site else ''}.",
-                        evidence={"single_class_batches": c["single"], "batches": n})]
+                        evidence={"single_class_batches": o["single"], "batches": n})]
     return []
 
 

@@ -24,6 +24,7 @@ import torch
 from torchwise.diagnose.catalog import CATALOG, Finding
 from torchwise.diagnose.checks import head_size
 from torchwise.diagnose.checks.followed import count_hit, decide_values_compared, note_train_rows
+from torchwise.diagnose.checks.label_balance import class_label, imbalance_binary, imbalance_classes  # noqa: F401
 
 _IGNORE_DEFAULT = -100
 _LM_MIN_VOCAB = 100        # a flattened (B, T, C) output over at least this many classes reads as a vocabulary
@@ -166,7 +167,7 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
     c["lm_calls"] = c.get("lm_calls", 0) + int(lm)
     counts = torch.bincount(labels.cpu(), minlength=C)
     if c["counts"] is None or c["C"] != C:
-        c["counts"], c["C"] = counts, C
+        c["counts"], c["C"] = counts.clone(), C  # a copy: recent keeps its own batch counts
         c["recent"], c["max_label"], c["max_label_batch"] = [], -1, 0
     else:
         c["counts"] += counts
@@ -176,8 +177,13 @@ def _count_classes(w, inp, target, labels, kwargs, where, C: int, ignore) -> Non
     if top > c.get("max_label", -1):
         c["max_label"], c["max_label_batch"] = top, c["batches"]
     if labels.numel() >= 4:
-        c["single"] += int(bool((labels == labels[0]).all()))
-        c["batches_multi"] = c.get("batches_multi", 0) + 1
+        # per number of classes: a multi-task step (a language model's loss over the vocabulary and a choice
+        # among 4 candidates) has one order question per loss, and mixing their counts judges neither
+        o = c.setdefault("order", {}).setdefault(C, {"single": 0, "batches": 0, "sizes": {}, "counts": None})
+        o["single"] += int(bool((labels == labels[0]).all()))
+        o["batches"] += 1
+        o["sizes"][labels.numel()] = o["sizes"].get(labels.numel(), 0) + 1  # what shuffled batches would hold
+        o["counts"] = counts.clone() if o["counts"] is None else o["counts"] + counts
     c["weighted"] = c["weighted"] or kwargs.get("weight") is not None
     c["where"] = c["where"] or where
     if C <= 1000 and not lm:  # what the model predicts in the last calls: does it ever predict the rare class?
@@ -390,6 +396,11 @@ def _decide_labels(w) -> list[Finding]:
         counts = c["counts"].tolist()
         C = c["C"]
         present = [i for i, k in enumerate(counts) if k > 0]
+        split = getattr(w, "class_counts", None)
+        if split is not None and len(split) == C and any(split):
+            # the run's training split counts every class (torchwise train): the checked batches are a sample of
+            # it, where a rare class 0 may be missing without the labels starting at 1
+            present = [i for i, k in enumerate(split) if k > 0]
         lo, hi = present[0], present[-1]
         contiguous = len(present) == hi - lo + 1
         lm = c.get("lm_calls", 0) >= 0.5 * c["batches"]  # next-token targets: a vocabulary, not a label set
@@ -403,70 +414,7 @@ def _decide_labels(w) -> list[Finding]:
             if f is not None:
                 out.append(f)
         if not lm:
-            out.extend(_imbalance_classes(c, counts, present, getattr(w, "class_names", None), steps=w.steps))
-    out.extend(_imbalance_binary(w.loss_watch.bin, steps=w.steps))
+            out.extend(imbalance_classes(c, counts, present, getattr(w, "class_names", None), steps=w.steps,
+                                          split_counts=getattr(w, "class_counts", None)))
+    out.extend(imbalance_binary(w.loss_watch.bin, steps=w.steps))
     return out
-
-
-def class_label(index: int, names) -> str:
-    """'class 3', or "class 3 ('dog')" when the run knows its classes' names (the Trainer of `torchwise train`)."""
-    if names and 0 <= index < len(names) and str(names[index]) != str(index):
-        return f"class {index} ({names[index]!r})"
-    return f"class {index}"
-
-
-def _imbalance_classes(c, counts, present, names=None, steps: int = 0) -> list[Finding]:
-    present_counts = [counts[i] for i in present]
-    if len(present) < 2 or c["weighted"] or max(present_counts) < 10 * min(present_counts):
-        return []
-    big, small = present[present_counts.index(max(present_counts))], present[present_counts.index(min(present_counts))]
-    ratio = max(present_counts) / min(present_counts)
-    msg = (f"{class_label(big, names).capitalize()} occurs {max(present_counts)} times and {class_label(small, names)} "
-           f"only {min(present_counts)} times ({ratio:.0f}x) in {c['n']} training labels, and the loss has no class "
-           "weights.")
-    recent = c.get("recent") or []
-    said = sum(int(p[small]) for p, _ in recent)
-    had = sum(int(k[small]) for _, k in recent)
-    evidence = {"counts": counts, "labels_seen": c["n"]}
-    if names and len(names) == len(counts):
-        evidence["counts_by_class"] = dict(zip(map(str, names), counts))
-    return [_imbalance_finding(c["where"], msg, evidence, class_label(small, names), said, had, len(recent), steps)]
-
-
-IMBALANCE_SETTLED_STEPS = 50  # the first tens of steps: where every model starts, predicting the common class
-
-
-def _imbalance_binary(b, steps: int = 0) -> list[Finding]:
-    tot = b["pos"] + b["neg"]
-    if tot < 100 or b["weighted"] or min(b["pos"], b["neg"]) == 0 or \
-            max(b["pos"], b["neg"]) < 10 * min(b["pos"], b["neg"]):
-        return []
-    msg = (f"{b['pos']} positive vs {b['neg']} negative targets "
-           f"({max(b['pos'], b['neg']) / min(b['pos'], b['neg']):.0f}x) and no pos_weight.")
-    recent = b.get("recent") or []
-    minority_pos = b["pos"] < b["neg"]
-    said = sum(r[0] if minority_pos else r[1] for r in recent)
-    had = sum(r[2] if minority_pos else r[3] for r in recent)
-    return [_imbalance_finding(b["where"], msg, {"positives": b["pos"], "negatives": b["neg"]},
-                               "the positive class" if minority_pos else "the negative class", said, had, len(recent),
-                               steps)]
-
-
-def _imbalance_finding(where, msg, evidence, rare: str, said: int, had: int, calls: int, steps: int) -> Finding:
-    """A warning when the model is seen to ignore the rare class (it predicts it for none of its samples in the
-    last checked batches: the failure class weights prevent) after IMBALANCE_SETTLED_STEPS steps; otherwise an info
-    hint, since an unweighted loss on imbalanced data is often what the task wants, and in its first tens of steps
-    any model predicts the common class (that is where training starts, not what it learned)."""
-    evidence = evidence | {"rare_class_predicted_recently": said, "rare_class_samples_recently": had}
-    if calls >= 3 and had >= 5 and said == 0 and steps >= IMBALANCE_SETTLED_STEPS:
-        return Finding("label-imbalance", where=where,
-                       message=msg + f" In the last {calls} checked batches the model predicted {rare} for none of "
-                                     f"its {had} samples: it has learned to ignore it.",
-                       evidence=evidence)
-    seen = (f", and the model does predict {rare} ({said} times for its {had} samples in the last {calls} checked "
-            "batches)") if calls else ""
-    return Finding("label-imbalance", where=where, message=msg, evidence=evidence, severity="info",
-                   maybe_fine="Training on the natural class frequencies without weights is a common and valid choice "
-                              f"when the metric follows them (accuracy, calibrated probabilities){seen}. Weights or "
-                              "balanced sampling matter when the rare class is what counts (recall, F1, balanced "
-                              "accuracy).")

@@ -1,16 +1,14 @@
 """Model-level checks: train/eval modes, registration, gradient flow, activations, NaNs, the loss curve."""
 from __future__ import annotations
 
-import math
 import weakref
 
 import torch
 
 from torchwise.diagnose.catalog import Finding
-from torchwise.diagnose.checks import grad_flow, graph_uses, step_record
-from torchwise.diagnose.checks.step_record import SHORT_RUN_VALUES
+from torchwise.diagnose.checks import fits, grad_flow, graph_uses, loss_curve, step_record
 from torchwise.diagnose.checks.symmetry import decide_symmetry
-from torchwise.diagnose.detectors.spec import FIXED_OBJECTIVES
+
 
 def _container_of(root_module, module) -> str | None:
     """Name of the plain list/dict/tuple attribute of the root (or a submodule) that holds `module`."""
@@ -40,7 +38,7 @@ def decide(w, ls: dict) -> list[Finding]:
     out.extend(graph_uses.decide_graph_uses(w))
     out.extend(_nonfinite(w, ls))
     # the loss does not go down
-    found, _ = _judge_loss(w, ls)
+    found, _ = loss_curve.judge_loss(w, ls)
     out.extend(found)
     return out
 
@@ -203,19 +201,33 @@ def _loss_retains_graph(w) -> list[Finding]:
     return out
 
 
+def _relu_is_dead(rec: dict) -> bool:
+    fr = rec["fractions"]
+    return min(fr[-3:]) >= 0.5 and sum(f >= 0.5 for f in fr) >= 0.5 * len(fr)
+
+
 def _dead_relu(w) -> list[Finding]:
-    """dead-relu: the first ReLU whose units output 0 for every sample checked."""
-    out: list[Finding] = []
-    for key, rec in w.models.relu.items():
-        fr = rec["fractions"]
-        if len(fr) >= 3 and rec["units"] >= 4 and min(fr[-3:]) >= 0.5 and sum(f >= 0.5 for f in fr) >= 0.5 * len(fr):
-            out.append(Finding("dead-relu", where=rec["where"],
-                               message=f"{fr[-1]:.0%} of the {rec['units']} units of {rec['label']} output 0 for every "
-                                       f"sample of every batch checked (last {min(3, len(fr))} checks of at least "
-                                       f"{RELU_WINDOW} samples each; {len(fr)} checked).",
-                               evidence={"dead_fraction": fr[-1], "units": rec["units"], "checks": len(fr)}))
-            break
-    return out
+    """dead-relu: the first ReLU whose units output 0 for every sample checked. In a run of separate fits (a search,
+    cross-validation) only when every fit with a ReLU that could be judged has a dead one: a setting of a search that
+    kills its units is one the search discards (checks/fits.py)."""
+    judged = [(key, rec) for key, rec in w.models.relu.items() if len(rec["fractions"]) >= 3 and rec["units"] >= 4]
+    dead = [(key, rec) for key, rec in judged if _relu_is_dead(rec)]
+    if not dead:
+        return []
+    order = fits.separate_fits(w)
+    if order is not None:
+        fit_of = {key: fits.fit_at_step(w, order, rec.get("step", 0)) for key, rec in judged}
+        if {fit_of[key] for key, _ in dead} != set(fit_of.values()):
+            return []
+        dead = dead[-1:]  # the last fit's, where every fit has one
+    rec = dead[0][1]
+    fr = rec["fractions"]
+    of_fits = f" ({len(order)} separate fits, each with a dead ReLU)" if order is not None else ""
+    return [Finding("dead-relu", where=rec["where"],
+                    message=f"{fr[-1]:.0%} of the {rec['units']} units of {rec['label']} output 0 for every "
+                            f"sample of every batch checked (last {min(3, len(fr))} checks of at least "
+                            f"{RELU_WINDOW} samples each; {len(fr)} checked){of_fits}.",
+                    evidence={"dead_fraction": fr[-1], "units": rec["units"], "checks": len(fr)})]
 
 
 def _nonfinite(w, ls: dict) -> list[Finding]:
@@ -256,128 +268,10 @@ def _nonfinite(w, ls: dict) -> list[Finding]:
 
 # --------------------------------------------------------------------------- eval-without-no-grad
 
-# --------------------------------------------------------------------------- loss-not-decreasing
-
-def _trend(vals: list[float]) -> tuple[float, float, int]:
-    """Least-squares slope of the curve after its first 10% (the start moves fastest), and its
-    standard error from the curve's own noise around the line."""
-    ys = vals[len(vals) // 10:]
-    m = len(ys)
-    xm = (m - 1) / 2
-    ym = sum(ys) / m
-    sxx = sum((i - xm) ** 2 for i in range(m)) or 1.0
-    b = sum((i - xm) * (y - ym) for i, y in enumerate(ys)) / sxx
-    res = sum((y - ym - b * (i - xm)) ** 2 for i, y in enumerate(ys))
-    se = math.sqrt(res / max(1, m - 2) / sxx)
-    return b, se, m
-
-
-def _curve_summary(vals: list[float], chance: float | None) -> dict | None:
-    if len(vals) < 30:
-        return None
-    k = max(3, len(vals) // 10)
-    first = sum(vals[:k]) / k
-    tail = vals[-max(3, len(vals) // 4):]
-    last = sum(tail) / len(tail)
-    return {"first": first, "last": last, "n": len(vals),
-            "learned": bool(chance and last < 0.5 * chance)}
-
-
-def _loss_series(w, ls: dict) -> list[tuple[str | None, list[float]]]:
-    """The loss curves to judge: one per optimizer where several step (each has its own loss and objective),
-    else the whole run's; only those of a fixed objective (a GAN's or a policy gradient's need not fall)."""
-    curves = {oid: c for oid, c in step_record.loss_curves(w, ls).items() if len(c) >= 30}
-    names = {id(o): type(o).__name__ for o in w.optim_steps.optimizers}
-    kinds = w.objective.kinds()
-    loose = {oid: k for oid, k in kinds.items() if k not in FIXED_OBJECTIVES}
-    if len(curves) >= 2:
-        return [(f"{names.get(oid, 'optimizer')} #{i + 1}", c) for i, (oid, c) in enumerate(curves.items())
-                if oid not in loose and oid in kinds]
-    if kinds and not loose:
-        return [(None, [v for v in ls["vals"] if math.isfinite(v)])]
-    return []
-
-
-def _judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
-    """loss-not-decreasing, or why it cannot be judged. A verdict needs a clear absence of progress
-    relative to the loss's noise, or enough of the run seen (to its end, or two whole epochs): a few
-    hundred steps of a long first epoch hold a slow start as well as a failure."""
-    flags = getattr(w, "lr_flags", {})
-    if ls.get("first") is None or ls["n"] < 30 or ls["first_bad"] is not None or any(flags.values()):
-        return [], None
-    adv = step_record.adversarial_pair(w)
-    if adv is not None:
-        return [], (f"two optimizers ({adv['optimizers'][0]}, {adv['optimizers'][1]}) over separate models step "
-                    "in turn" + (", one model's output feeding the other" if adv["fed"] else "") +
-                    ": an adversarial pair (a GAN), whose losses pull against each other and need not decrease")
-    C = w.loss_watch.cls.get("C")
-    chance = math.log(C) if C and C >= 2 else (math.log(2) if w.loss_watch.bin["pos"] + w.loss_watch.bin["neg"] else None)
-    series = _loss_series(w, ls)
-    if not series:
-        return [], w.objective.not_judged()
-    stopped = bool(w.health.stop_reason) or (bool(w.max_steps) and w.steps >= w.max_steps)
-    epochs = sum(1 for p in w.loaders.passes if p.closed and p.steps > 0)
-    seen_enough = not stopped or epochs >= 2
-    found, reasons = [], []
-    for label, vals in series:
-        cs = _curve_summary(vals, chance)
-        if cs is None:
-            continue
-        if label is None:
-            cs["learned"] = ls["learned"]
-        if not (cs["last"] > 0.97 * cs["first"] and cs["first"] > 1e-3 and not cs["learned"]):
-            continue
-        b, se, m = _trend(vals)
-        best_drop = max(0.0, -(b - 2 * se)) * m  # the most decrease the noise allows over the window (2 s.e.)
-        clear = best_drop < 0.03 * cs["first"]
-        if not (clear or seen_enough):
-            reasons.append(
-                f"{'the loss of ' + label if label else 'the loss'} went from {cs['first']:.4g} to {cs['last']:.4g} "
-                f"over {cs['n']} values, but the run was stopped after {w.steps} optimizer steps "
-                f"({epochs} whole epoch(s) seen) and "
-                + (f"it is still falling, beyond its noise (slope {b:.2g} +- {2 * se:.2g} per value): a slow start"
-                   if b + 2 * se < 0 else
-                   f"at its noise (slope {b:.2g} +- {2 * se:.2g} per value) a slow start cannot be told from no "
-                   "progress"))
-            continue
-        found.append(_flat_loss_finding(w, cs, label, best_drop, clear, cut_short=not seen_enough,
-                                        short_run=cs["n"] < SHORT_RUN_VALUES))
-        break
-    return found, ("; ".join(reasons) if reasons and not found else None)
-
-
-def _flat_loss_finding(w, cs: dict, label: str | None, best_drop: float, clear: bool, cut_short: bool,
-                       short_run: bool = False) -> Finding:
-    """A flat loss. Seen over the whole run (or two epochs) it is the harm itself: a warning. Cut short by check
-    within the first epoch, or a whole run of fewer than SHORT_RUN_VALUES losses, it is only a hint: a slow start
-    (per-sample updates, a small learning rate, a warm-up) looks the same over so few steps."""
-    if short_run and not cut_short:
-        hint = (f"the whole run made {cs['n']} loss values: a slow start (plain SGD at a small learning rate, a "
-                "warm-up) is flat over that few steps too; a longer run tells them apart.")
-        return Finding("loss-not-decreasing", where=w.loss_watch.backward_where, severity="info", maybe_fine=hint,
-                       message=f"Over the run's {cs['n']} loss values{f' of {label}' if label else ''} the training "
-                               f"loss went from {cs['first']:.4g} (first 10%) to {cs['last']:.4g} (last 25%).",
-                       evidence={"loss_first": cs["first"], "loss_last": cs["last"], "values": cs["n"],
-                                 "most_decrease_within_noise": best_drop, "optimizer": label})
-    of = f" of {label}" if label else ""
-    return Finding("loss-not-decreasing", where=w.loss_watch.backward_where,
-                   message=f"Over {cs['n']} loss values{of} the training loss went from {cs['first']:.4g} "
-                           f"(first 10%) to {cs['last']:.4g} (last 25%)"
-                           + (f"; at its noise level, it fell by at most {best_drop:.2g} over them." if clear else ".")
-                           + (f" check stopped the script after {w.steps} optimizer steps, within its first epoch."
-                              if cut_short else ""),
-                   evidence={"loss_first": cs["first"], "loss_last": cs["last"], "values": cs["n"],
-                             "most_decrease_within_noise": best_drop, "optimizer": label},
-                   severity="info" if cut_short else "",
-                   maybe_fine=(f"check stopped the script after {w.steps} optimizer steps: a slow start (per-sample "
-                               "updates, a small learning rate, a warm-up) is flat over them too; `--max-steps 0` "
-                               "judges the whole run.") if cut_short else "")
-
-
 def undecided(w) -> dict[str, str]:
     """Detectors of this module that could not judge this run, and why (for the coverage report)."""
     out: dict[str, str] = {}
-    _, why = _judge_loss(w, step_record.loss_summary(w))
+    _, why = loss_curve.judge_loss(w, step_record.loss_summary(w))
     if why:
         out["loss-not-decreasing"] = why
     few = [r for r in w.models.relu.values() if len(r["fractions"]) < 3]
@@ -411,7 +305,8 @@ def record_relu(w, key, out: torch.Tensor, label: str) -> None:
         else:  # (N, C, positions...): per channel
             alive = out.amax((0, *range(2, out.dim()))) > 0
         units = alive.numel()
-        rec = w.models.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None})
+        rec = w.models.relu.setdefault(key, {"label": label, "fractions": [], "units": units, "where": None,
+                                             "step": fits.current_step(w)})
         acc = rec.get("acc")
         if acc is None or acc.shape != alive.shape or rec["units"] != units:
             rec["units"], rec["acc"], rec["acc_n"] = units, alive, 0

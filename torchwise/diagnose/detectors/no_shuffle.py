@@ -16,8 +16,9 @@ train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
     maybe_fine=(""),
     evidence=('the share of training batches that contain a single class'),
     applies_to=LABELLED_TARGETS,
-    harm=('The run is harmed: most training batches hold a single class, so each step pulls the model towards that '
-          'class.'),
+    harm=('The run is harmed: most training batches hold a single class, far more of them than shuffled batches '
+          'of the same class shares would (rare classes in small batches give single-class batches by chance), so '
+          'each step pulls the model towards one class.'),
     explains=('loss-not-decreasing',),
     decided_in='checks/data.py',
 )

@@ -25,7 +25,7 @@ from torchwise.train.recipes.schedule import Schedule
 from torchwise.train.settings import TrainerConfig
 from torchwise.train.speed.fast import FastPlan
 from torchwise.train.state.loaders import TrainLoader
-from torchwise.train.state.loop_state import Position
+from torchwise.train.state.loop_state import Position, no_timing
 from torchwise.train.state.run_files import RunFiles, WeightAveraging
 from torchwise.train.step.precision import Precision
 
@@ -62,8 +62,12 @@ class ReportView(Protocol):
 class EvalReporter:
     def __init__(self, run: ReportView):
         self.run = run
-        # Since the last row: seconds waiting for data, seconds in the step, samples trained
-        self.timing = {"data_s": 0.0, "compute_s": 0.0, "samples": 0.0}
+
+    @property
+    def timing(self) -> dict[str, float]:
+        """Since the last row: seconds waiting for data, seconds in the step, samples trained (the loop's
+        position keeps them, so that they go into checkpoints and on across a resume)."""
+        return self.run.pos.timing
 
     def evaluate_and_log(self, log: MetricsLog, progress: Progress, start_time: float) -> bool:
         """One evaluation row; True when early stopping says stop."""
@@ -81,7 +85,7 @@ class EvalReporter:
             raise ConfigError("The monitored metric is not among the metrics of this run.",
                               values={"monitor": monitor, "did you mean": checks_.did_you_mean(monitor, row),
                                       "metrics that exist": ", ".join(k for k in row if k.startswith(("val_", "train_")))},
-                              fix="Monitor one of the metrics that exist (val_top5 needs more than 5 classes; "
+                              fix="Monitor one of the metrics that exist (val_top5 needs more than 10 classes; "
                                   "val_acc needs class logits).")
         value = float(row.get(monitor, math.nan))
         if run.setup.schedule is not None:
@@ -109,12 +113,16 @@ class EvalReporter:
                 self.save_before_error(progress)
                 raise
         timing, busy = self.timing, self.timing["data_s"] + self.timing["compute_s"]
+        # No step trained since the last row (a resume at an epoch's end from before the timing was kept):
+        # the share and the speed are unknown, not 1 and 0.
+        busy = busy if timing["compute_s"] > 0 else 0.0
+        pos.elapsed_s = time.perf_counter() - start_time  # (start_time: the run's start, earlier sessions included)
         row.update(lr=parts.optimizer.param_groups[0]["lr"], grad_norm=pos.last_grad_norm,
-                   skipped_steps=pos.skipped, elapsed_s=time.perf_counter() - start_time,
+                   skipped_steps=pos.skipped, elapsed_s=pos.elapsed_s,
                    # the share of step time spent waiting for data: high means the loader starves the model
                    data_wait=timing["data_s"] / busy if busy else None,
                    samples_per_s=timing["samples"] * run.dist.world_size / busy if busy else None)
-        self.timing = dict.fromkeys(timing, 0.0)
+        timing.update(no_timing())
         pos.loss_sum, pos.loss_count = 0.0, 0
         return row
 

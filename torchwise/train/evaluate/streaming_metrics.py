@@ -28,6 +28,17 @@ def argmax_hits(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (output.argmax(dim=1) == target).sum()
 
 
+# Top-5 accuracy is counted (val_top5, eval.json's top5_accuracy, the report's curve) only with more than 10
+# classes: five guesses must be under half the classes to say something. With 6 classes a model that has learned
+# nothing already scores 5/6 (the newcomer's 6-class report showed val_top5 ~1.0 from the first evaluation); the
+# metrics.csv column stays, empty, as for any run without the metric.
+TOP5_MIN_CLASSES = 11
+
+
+def shows_top5(classes: int) -> bool:
+    return classes >= TOP5_MIN_CLASSES
+
+
 def top5_hits(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """How many rows have the target class among their five largest scores (a 0-d tensor)."""
     return (output.topk(5, dim=1).indices == target[:, None]).any(dim=1).sum()
@@ -62,7 +73,7 @@ class RunningMetrics:
     def _classification(self, output: torch.Tensor, target: torch.Tensor) -> None:
         if output.ndim == 2 and output.shape[1] > 1 and target.ndim == 1:
             self._add("correct", argmax_hits(output, target))
-            if output.shape[1] > 5:
+            if shows_top5(output.shape[1]):
                 self._add("top5", top5_hits(output, target))
             self.n += target.shape[0]
         elif output.numel() == target.numel():  # binary with one logit per sample

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from torchwise.errors import TorchwiseError
+from torchwise.errors import ConfigError, TorchwiseError
 
 RULES = ("steepest", "min10")
 
@@ -325,6 +325,7 @@ def lr_find(
 def run_lr_find(trainer: Any, *, plot: str | Path | None = None, **kwargs: Any) -> LRFindResult:
     """`Trainer.lr_find()`: the sweep with the Trainer's own model, optimizer, loss, data, batch size,
     accumulation, precision, device and clipping. The Trainer is left as it was (fit() may follow)."""
+    _check_names(kwargs)
     trainer.setup.setup_basics()
     optimizer = trainer.optimizer or trainer.setup.build_optimizer()
     schedule = trainer.schedule
@@ -334,6 +335,23 @@ def run_lr_find(trainer: Any, *, plot: str | Path | None = None, **kwargs: Any) 
     return _run(trainer.model, optimizer, trainer.contract, loader, trainer.precision, trainer.device,
                 trainer.clip_grad_norm, schedule.scheduler if schedule is not None else None, trainer.accumulate,
                 kwargs, plot, augment=getattr(trainer, "batch_augment", None))
+
+
+SWEEP_SETTINGS = ("start_lr", "end_lr", "num_steps", "smoothing", "diverge", "rule")
+
+
+def _check_names(settings: dict[str, Any]) -> None:
+    """Trainer.lr_find(**settings) takes the sweep's settings: a misspelt one is named, with the choices."""
+    import difflib
+
+    for name in settings:
+        if name not in SWEEP_SETTINGS:
+            close = difflib.get_close_matches(name, SWEEP_SETTINGS, n=1)
+            raise ConfigError(f"Unknown lr_find setting {name!r}.",
+                              values={"setting": name, "did you mean": close[0] if close else "-",
+                                      "settings": ", ".join(SWEEP_SETTINGS + ("plot",))},
+                              fix="Use one of the settings listed; the model, optimizer, data, batch size and "
+                                  "precision are the Trainer's own.")
 
 
 def _build_loader(data: Any, device: torch.device, batch_size: int, seed: int, num_workers: int | str):

@@ -1,5 +1,6 @@
 """Ctrl-C during fit(): stop at the next point where the run can be saved whole, save it, say how to
-resume, and raise KeyboardInterrupt as Python would.
+resume, and raise torchwise.errors.Interrupted (a KeyboardInterrupt: Python's answer to Ctrl-C, without
+the traceback when nothing catches it; errors.py says why).
 
 A KeyboardInterrupt raised wherever the signal lands may tear the state: half an optimizer step
 applied, the schedule not yet stepped, an evaluation's row written but not its best weights. So,
@@ -21,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from torchwise.errors import Interrupted, end_quietly
 from torchwise.train.distributed.process_group import DistEnv
 from torchwise.train.settings import TrainerConfig
 from torchwise.train.state import checkpoint as ckpt
@@ -102,7 +104,7 @@ class InterruptHandler:
 
     def stop(self) -> None:
         """Save at this safe point (with out_dir, unless a checkpoint of this step exists), say how to
-        resume, and raise KeyboardInterrupt."""
+        resume, and raise Interrupted."""
         run = self.run
         path, out_dir = None, run.config.out_dir
         if out_dir is not None:
@@ -111,40 +113,53 @@ class InterruptHandler:
                 print(f"torchwise: saving a checkpoint at step {run.pos.step} ...", file=sys.stderr, flush=True)
                 run.files.save_checkpoint()
         self.checkpoint = path
-        self.say_interrupted(path)
         self.guard.deferring = False
-        raise KeyboardInterrupt
+        raise self.interrupted(self.say_interrupted(path))
+
+    def ended(self, exc: KeyboardInterrupt) -> Interrupted:
+        """What fit() raises for a KeyboardInterrupt that ended it: the Interrupted of a safe point as it
+        is; one that stopped it at once (a second Ctrl-C, one during the set-up) said and made one."""
+        if isinstance(exc, Interrupted):
+            return exc
+        message = self.say_interrupted(None) if not self.guard.handled else "torchwise: interrupted"
+        return self.interrupted(message)
+
+    def interrupted(self, message: str) -> Interrupted:
+        end_quietly()  # not caught, it ends the script with the lines above: no traceback
+        return Interrupted(message, step=self.run.pos.step, checkpoint=self.checkpoint, said=self.run.dist.is_main)
 
     def after_finish(self, final_path: Path | None) -> None:
         """After the final weights: a Ctrl-C that came during the final evaluation or while they were
-        written ends the call with KeyboardInterrupt (the run is complete, nothing more is saved)."""
+        written ends the call with Interrupted (the run is complete, nothing more is saved)."""
         self.guard.deferring = False
         if not self.guard.pending:
             return
         self.guard.handled = True
+        message = (f"torchwise: interrupted after training finished (step {self.run.pos.step}); the final weights "
+                   "are " + (f"in {final_path}" if final_path else "in the model (no out_dir)"))
         if self.run.dist.is_main:
-            print(f"torchwise: interrupted after training finished (step {self.run.pos.step}); the final weights "
-                  "are " + (f"in {final_path}" if final_path else "in the model (no out_dir)"), file=sys.stderr,
-                  flush=True)
-        raise KeyboardInterrupt
+            print(message, file=sys.stderr, flush=True)
+        raise self.interrupted(message)
 
-    def say_interrupted(self, path: Path | None) -> None:
+    def say_interrupted(self, path: Path | None) -> str:
+        """Print (on the main process) and return where the run stopped, what was saved and how to resume."""
         self.guard.handled = True
         run = self.run
-        if not run.dist.is_main:
-            return
         step, out_dir = run.pos.step, run.config.out_dir
         if path is not None:
             hint = self.hint or (f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit() with the "
                                  "same arguments continues exactly where it stopped")
-            print(f"torchwise: interrupted at step {step}; checkpoint saved: {path}\n"
-                  f"torchwise: to resume: {hint}", file=sys.stderr, flush=True)
+            message = (f"torchwise: interrupted at step {step}; checkpoint saved: {path}\n"
+                       f"torchwise: to resume: {hint}")
         elif out_dir is None:
-            print(f"torchwise: interrupted at step {step}; nothing was saved (no out_dir). Pass out_dir=... to make "
-                  "an interrupted run resumable.", file=sys.stderr, flush=True)
+            message = (f"torchwise: interrupted at step {step}; nothing was saved (no out_dir). Pass out_dir=... to "
+                       "make an interrupted run resumable.")
         else:
             latest = ckpt.list_checkpoints(out_dir / "checkpoints")
             where = f"the latest complete checkpoint is {latest[-1]}" if latest else "no checkpoint was written yet"
             hint = self.hint or f"Trainer(..., out_dir={str(out_dir)!r}, resume=True).fit()"
-            print(f"torchwise: interrupted at step {step} before a checkpoint of it could be written; {where}"
-                  + (f"\ntorchwise: to resume from it: {hint}" if latest else ""), file=sys.stderr, flush=True)
+            message = (f"torchwise: interrupted at step {step} before a checkpoint of it could be written; {where}"
+                       + (f"\ntorchwise: to resume from it: {hint}" if latest else ""))
+        if run.dist.is_main:
+            print(message, file=sys.stderr, flush=True)
+        return message

@@ -31,20 +31,49 @@ def derive_seed(*parts: int) -> int:
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy, torch and every CUDA device."""
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
+        from torchwise.errors import ConfigError
+
+        raise ConfigError("seed_everything needs an integer seed in [0, 2**63).", values={"seed": repr(seed)},
+                          fix="Pass e.g. torchwise.seed_everything(0), the seed you give the Trainer (seed=0).")
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)  # also seeds all CUDA devices (lazily if CUDA is not initialised yet)
 
 
-def configure_determinism(deterministic: bool | None, cuda: bool = True) -> str:
-    """Switch between reproducible kernels and fast ones; returns a sentence for the run log.
-    None follows the process: a script that called torch.use_deterministic_algorithms(True)
-    keeps its deterministic kernels (fit() puts every switch back when it returns)."""
+def torch_was_seeded() -> bool:
+    """Whether torch's CPU generator was seeded in this process (torch.manual_seed, seed_everything).
+
+    torch seeds that generator at start-up with 64 random bits from the OS, so a model built before any
+    manual_seed gets different initial weights in every process. manual_seed(s) makes s the generator's
+    initial_seed(): a seed below 2**32 is one a person or a program chose (a start-up seed falls there
+    with probability 2**-32)."""
+    return torch.initial_seed() < 2**32
+
+
+def unseeded_model_note(seed: int) -> str:
+    """What to say when the model was built before torch's generator was seeded (see torch_was_seeded)."""
+    return (f"torchwise: note: torch's random generator was not seeded before the model was built (torch seeds it "
+            f"from the OS at start-up), so the weights the model drew at random (a new model, a new head) differ "
+            f"in every run; seed={seed} seeds the run from fit() on (dropout, data order, augmentations), not what "
+            f"was made before it. For a reproducible run, call torchwise.seed_everything({seed}) before building "
+            f"the model.")
+
+
+def configure_determinism(deterministic: bool | None, cuda: bool = True, cli: bool = False) -> str:
+    """Switch between reproducible kernels and fast ones; returns a sentence for the run log that names the
+    setting as the user wrote it (`cli`: train.deterministic in the run's config.yaml; else the Trainer's
+    deterministic=) and what is in effect. None follows the process: a script that called
+    torch.use_deterministic_algorithms(True) keeps its deterministic kernels (fit() puts every switch back
+    when it returns)."""
+    setting = (f"train.deterministic={str(deterministic).lower()}" if cli
+               else f"deterministic={deterministic}" + (" (the default)" if deterministic is None else ""))
+    to_turn_on = "--set train.deterministic=true" if cli else "deterministic=True"
     already = torch.are_deterministic_algorithms_enabled()
     if deterministic is None and already:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
-        return "deterministic algorithms on (your script turned them on)"
+        return f"{setting}: deterministic algorithms on (your script turned them on)"
     if deterministic:
         # cuBLAS picks non-deterministic reduction orders unless its workspace is fixed; PyTorch
         # raises at the first matmul under use_deterministic_algorithms when this is missing.
@@ -52,14 +81,14 @@ def configure_determinism(deterministic: bool | None, cuda: bool = True) -> str:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
-        return "deterministic algorithms on" + (" (CUBLAS_WORKSPACE_CONFIG set, cudnn.benchmark off)" if cuda else "")
+        return f"{setting}: deterministic algorithms on" + (
+            " (CUBLAS_WORKSPACE_CONFIG set, cudnn.benchmark off)" if cuda else "")
     torch.use_deterministic_algorithms(False)
     torch.backends.cudnn.deterministic = False
     # Fixed input shapes are the common case; benchmark mode picks the fastest conv kernels.
     torch.backends.cudnn.benchmark = True
-    if not cuda:
-        return "fast kernels (deterministic=True for bit-reproducible ones)"
-    return "favouring speed (cudnn.benchmark on; pass deterministic=True for bit-reproducible kernels)"
+    kernels = "fast kernels, cudnn.benchmark on" if cuda else "fast kernels"
+    return f"{setting}: {kernels} ({to_turn_on} for bit-reproducible ones)"
 
 
 def capture_rng_state() -> dict[str, Any]:

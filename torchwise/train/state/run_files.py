@@ -20,7 +20,7 @@ from typing import Any, ContextManager, Protocol
 
 import torch
 
-from torchwise.errors import ConfigError, TorchwiseError
+from torchwise.errors import TorchwiseError
 from torchwise import files
 from torchwise.train.state import checkpoint as ckpt
 from torchwise.train.recipes.ema import EMA
@@ -142,7 +142,7 @@ class RunFiles:
             "format": STATE_FORMAT,
             "rng": rng_per_rank[0],
             "rng_per_rank": rng_per_rank,
-            "schedule_total_steps": run.total_steps,
+            **self.schedule_layout(),
             "data": {"seed": run.config.seed, "train_samples": _len_or_minus1(run.train_data),
                      "batches_per_epoch": run.train_loader.batches_per_epoch(), "world_size": run.dist.world_size,
                      "batch_size": run.config.batch_size},
@@ -188,11 +188,14 @@ class RunFiles:
         self._check_same_data(path, data, same_layout)
         if ckpt.has_shards(path):  # model and optimizer, resharded to this run's number of ranks
             load_sharded(path / "sharded", run.model, run.optimizer)
-        if "scheduler" in self.components and state.get("scheduler") is not None:
-            self._check_schedule_length(state.get("schedule_total_steps", run.total_steps))
+        layout = self._resumed_schedule(state) if state.get("scheduler") is not None else "as_built"
         for name, component in self.components.items():
-            if state.get(name) is not None:
+            if state.get(name) is not None and not (name == "scheduler" and layout == "restart"):
                 component.load_state_dict(state[name])
+        if layout == "restart":  # from the restored position, over the optimizer as restored
+            run.schedule.restart(run.optimizer, run.pos.step, run.pos.stage_start_step + run.total_steps - run.pos.step)
+        if layout == "keep_end":  # a schedule already at its end holds its end value from the first step on
+            run.schedule.hold_end()
         self._load_callbacks(path, state.get("callbacks") or {})
         self.load_best()
         if not same_layout:
@@ -212,14 +215,42 @@ class RunFiles:
                         f"{data['batches_per_epoch']} / {run.train_loader.batches_per_epoch()}"},
                 fix="Resume with the same data set and batch size, or start a new run (another out_dir).")
 
-    def _check_schedule_length(self, saved_total: int) -> None:
-        run, spec = self.run, self.run.config.scheduler
-        # one-cycle and cosine are laid out over the whole run: a longer run cannot continue them
-        require(not isinstance(spec, str) or run.schedule.interval != "step" or saved_total == run.total_steps,
-                "The run's length changed, and its learning-rate schedule was laid out for the old length.",
-                {"scheduler": spec, "total steps then": saved_total, "total steps now": run.total_steps},
-                "Resume with the original max_epochs/max_steps, or start a new run initialised from this run's "
-                "weights (torchwise.load_model / --weights RUN/final/model.safetensors).")
+    def schedule_layout(self) -> dict[str, Any]:
+        """Where the run's schedule is laid out (its first optimizer step and length), for every checkpoint."""
+        run, schedule = self.run, self.run.schedule
+        if schedule is None or not schedule.laid_out:
+            return {"schedule_total_steps": run.total_steps}
+        start = run.pos.stage_start_step if schedule.start_step is None else schedule.start_step
+        return {"schedule_total_steps": schedule.total_steps, "schedule_start_step": start,
+                "schedule_keeps_end": schedule.keeps_end}
+
+    def _resumed_schedule(self, state: dict[str, Any]) -> str:
+        """A onecycle/cosine schedule laid out for another length than this run's: laid out as the checkpoint's
+        was, restarted, held at its end, or refused with the choices (recipes/schedule.py)."""
+        from torchwise.train.recipes.schedule import extend_error, resumed_layout
+
+        run, schedule = self.run, self.run.schedule
+        if schedule is None or not schedule.laid_out:
+            return "as_built"  # a step, plateau or user's schedule goes on as it is
+        position = state.get("position") or {}
+        stage_start, at_step = int(position.get("stage_start_step", 0)), int(position.get("step", 0))
+        saved = (int(state.get("schedule_start_step", stage_start)),
+                 int(state.get("schedule_total_steps", run.total_steps)), bool(state.get("schedule_keeps_end")))
+        how, start, total = resumed_layout(saved, (stage_start, run.total_steps), at_step, run.config.extend_schedule)
+        if how == "refuse":
+            raise extend_error(run.config.scheduler, start + total, stage_start + run.total_steps, at_step,
+                               schedule.base_lrs[0], choice=lambda name: f"extend_schedule={name!r}")
+        if how in ("as_saved", "keep_end"):
+            schedule.relayout(start, total, keeps_end=how == "keep_end")
+        elif how == "as_built" and schedule.start_step is not None:  # a newer checkpoint, laid out otherwise,
+            schedule.relayout(stage_start, run.total_steps, keeps_end=False)  # failed to load after its layout
+        if how in ("restart", "keep_end") and run.dist.is_main:
+            print(f"torchwise: the run now ends at step {stage_start + run.total_steps}, its {run.config.scheduler} "
+                  f"schedule was laid out over steps {saved[0]}-{saved[0] + saved[1]}: " + (
+                      f"it restarts at step {at_step} over the steps left (extend_schedule='restart')"
+                      if how == "restart" else "it ends as planned and its last learning rate holds after "
+                                               "(extend_schedule='keep_end')"), file=sys.stderr)
+        return how
 
     def _load_callbacks(self, path: Path, saved: dict[str, Any]) -> None:
         for name, callback in self.callbacks.items():
@@ -314,11 +345,6 @@ class RunFiles:
         path = save_state_dict(weights, final / "model.safetensors", {"torchwise": _version()}, root=self.out_dir)
         files.write_text(final / "meta.json", json.dumps(meta, indent=2, default=str), root=self.out_dir)
         return path
-
-
-def require(ok: bool, what: str, values: dict[str, Any], fix: str) -> None:
-    if not ok:
-        raise ConfigError(what, values=values, fix=fix)
 
 
 def _len_or_minus1(data: Any) -> int:
