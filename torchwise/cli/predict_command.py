@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", "-k", type=int, default=3, help="how many classes to show per input (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="FILE", default=None,
-                        help="also write the results to FILE: .csv (one row per input, with an error column) or .json")
+                        help="also write the results to FILE: .csv (one row per input, with an error column; rows "
+                             "of a CSV input keep their row number and the ID columns training recognised) or .json")
 
 
 def run(args: argparse.Namespace) -> int:
