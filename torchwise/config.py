@@ -47,8 +47,8 @@ class DataConfig:
         AUTO, "smallest area share kept by the random resized crop (1: no crop); auto: 0.35, or 0.8 for "
               "images under 32 pixels (a third of a tiny image rarely holds the object)", min=0.01, max=1.0)
     hflip: bool | Literal["auto"] = _opt(
-        AUTO, "random horizontal flips when training; auto: on for colour images, off for grayscale ones "
-              "(digits, letters, documents, scans: a mirrored one is another thing)")
+        AUTO, "random horizontal flips when training; auto: on for colour images, off when every image is gray "
+              "whatever its file stores (digits, letters, documents, scans: a mirrored one is another thing)")
     center_crop: float | Literal["auto"] = _opt(
         AUTO, "val: resize to size/center_crop, then crop the center (1: no crop); auto: 0.875, or 1 for "
               "images under 32 pixels (they are the object, tightly framed)", min=0.1, max=1.0)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from torchwise.data.imagefolder import IMAGE_EXTENSIONS  # torch-free: the extensions training reads
 from torchwise.errors import TorchwiseError, is_out_of_memory, out_of_memory
 from torchwise.export.metadata import PREPROCESS_KEY, read_metadata
-from torchwise.export.preprocess import (collect_images, preprocess_csv, preprocess_image, preprocess_images,
-                                         preprocess_readable)
+from torchwise.export.preprocess import (CsvRows, collect_images, preprocess_csv, preprocess_image,
+                                         preprocess_images, preprocess_readable, read_csv_rows)
 from torchwise.file_names import shown
 
 # The pre-processing is part of predict's API too: a caller checks what the model will see with
@@ -84,9 +84,11 @@ class OnnxModel:
                 for i in range(0, len(x), batch_size)]
         return np.concatenate(outs) if outs else np.zeros((0,), dtype=np.float32)
 
-    def encode(self, inputs: Sequence[str]):
+    def encode(self, inputs: Sequence[str], log: Callable[[str], None] | None = None):
         """(pre-processed array, labels, [(position, input, reason)] for inputs that cannot be read) for image
-        files/folders or CSV files. The array is None when nothing could be read."""
+        files/folders or CSV files. The array is None when nothing could be read. A label is the input's
+        path, or for a CSV row {"input": "FILE:row N", "row": N, "ids": {ID column: value}}; `log` gets
+        one data line per CSV file (how it was read)."""
         import numpy as np
 
         spec = self.spec
@@ -104,8 +106,12 @@ class OnnxModel:
             if others:
                 raise TorchwiseError("This model was trained on a table; pass .csv files.", values={"inputs": others[:5]},
                                      fix="pass a CSV file with the training columns (the target column may be absent)")
-            parts = [preprocess_csv(p, self.meta, spec) for p in csvs]
-            return np.concatenate([p[0] for p in parts]), [label for p in parts for label in p[1]], []
+            parts = [read_csv_rows(p, self.meta, spec) for p in csvs]
+            for path, part in zip(csvs, parts):
+                if log is not None:
+                    log(_data_line(path, part))
+            labels = [{"input": label, **row} for part in parts for label, row in zip(part.labels, part.rows)]
+            return np.concatenate([p.x for p in parts]), labels, []
         if csvs:
             raise TorchwiseError("This model was trained on images; a CSV cannot be its input.",
                                  values={"inputs": csvs[:5]}, fix="pass image files or folders")
@@ -116,6 +122,14 @@ class OnnxModel:
         return preprocess_readable(files, spec)
 
 
+def _data_line(path: str, part: CsvRows) -> str:
+    line = f"data: {shown(path)}: {len(part.labels)} rows, read as: {part.read_as}"
+    if part.missing_ids:
+        line += (f"; the training file's ID column(s) {', '.join(map(repr, part.missing_ids))} are not in this "
+                 f"file: rows are identified by their number only")
+    return line
+
+
 def softmax(logits):
     import numpy as np
 
@@ -124,17 +138,19 @@ def softmax(logits):
     return e / e.sum(axis=1, keepdims=True)
 
 
-def predict(model: str | Path | OnnxModel, inputs: Sequence[str], *, top_k: int = 5) -> list[dict[str, Any]]:
+def predict(model: str | Path | OnnxModel, inputs: Sequence[str], *, top_k: int = 5,
+            log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """[{"input": label, "predictions": [{"class", "index", "probability"}, ...]}] (classification) or
     [{"input": label, "value": float | list}] (regression), in input order; an input that cannot be
-    read gets {"input": path, "error": reason} in its place and the others are still predicted."""
-    import numpy as np
-
+    read gets {"input": path, "error": reason} in its place and the others are still predicted.
+    A CSV row's result also has "row" (1: the first data row) and "ids" (the values of the columns the
+    training run recognised as identifiers). `log` gets a data line per CSV file: how it was read."""
     onnx_model = model if isinstance(model, OnnxModel) else OnnxModel.load(model)
     try:
-        x, labels, failed = onnx_model.encode(list(inputs))
-        results = [] if x is None else [{"input": label, **row} for label, row
-                                        in zip(labels, _predictions(onnx_model, onnx_model.run(x), top_k))]
+        x, labels, failed = onnx_model.encode(list(inputs), log=log)
+        results = [] if x is None else [{**(label if isinstance(label, dict) else {"input": label}), **row}
+                                        for label, row in zip(labels, _predictions(onnx_model, onnx_model.run(x),
+                                                                                   top_k))]
     except Exception as exc:
         if isinstance(exc, TorchwiseError) or not is_out_of_memory(exc):
             raise
@@ -172,20 +188,32 @@ def failures(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in results if "error" in r]
 
 
+def _id_columns(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ID columns of CSV rows' results, in the order they first appear."""
+    return list(dict.fromkeys(c for r in results for c in (r.get("ids") or {})))
+
+
 def format_table(results: Sequence[Mapping[str, Any]]) -> str:
     if not results:
         return "(no inputs)"
     width = min(60, max(len(str(r["input"])) for r in results))
+    ids = _id_columns(results)  # a CSV row is shown with its ID, so it is matched by more than position
+    id_widths = {c: min(30, max(len(c), *(len(str((r.get("ids") or {}).get(c, ""))) for r in results)))
+                 for c in ids}
 
-    def short(text: str) -> str:
-        return text if len(text) <= width else "..." + text[-(width - 3):]
+    def short(text: str, room: int = width) -> str:
+        return text if len(text) <= room else "..." + text[-(room - 3):]
+
+    def first(head: str, id_cells: Mapping[str, Any]) -> str:
+        return "  ".join([f"{short(head):<{width}}"] + [f"{short(str(id_cells.get(c, '')), w):<{w}}"
+                                                         for c, w in id_widths.items()])
 
     lines = []
     regression = any("value" in r for r in results)
-    lines.append(f"{'input':<{width}}  prediction" if regression else
-                 f"{'input':<{width}}  {'top-1':<12} {'prob':>7}   others")
+    header = first("input", {c: c for c in ids})
+    lines.append(f"{header}  prediction" if regression else f"{header}  {'top-1':<12} {'prob':>7}   others")
     for r in results:
-        name = f"{short(str(r['input'])):<{width}}"
+        name = first(str(r["input"]), r.get("ids") or {})
         if "error" in r:
             lines.append(f"{name}  ERROR: {r['error']}")
         elif regression:
@@ -201,7 +229,9 @@ def format_table(results: Sequence[Mapping[str, Any]]) -> str:
 
 def write_results(results: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """`path` as .json (the results as they are) or .csv: one row per input, an empty `error` column
-    for a prediction and the reason for an input that could not be read."""
+    for a prediction and the reason for an input that could not be read. CSV rows' results also get
+    a `row` column (1: the input file's first data row) and one column per ID column, so they can be
+    joined back to the inputs by ID."""
     import csv
     import io
 
@@ -210,17 +240,21 @@ def write_results(results: Sequence[Mapping[str, Any]], path: str | Path) -> Pat
         text = json.dumps(list(results), indent=2)
     else:
         regression = any("value" in r for r in results)
+        ids = _id_columns(results)
+        rows = ["row"] if any("row" in r for r in results) else []
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(["input", "value", "error"] if regression else ["input", "class", "probability", "top_k", "error"])
+        writer.writerow(["input", *rows, *ids, *(["value", "error"] if regression else
+                                                 ["class", "probability", "top_k", "error"])])
         for r in results:
+            where = [r["input"], *([r.get("row", "")] if rows else []), *((r.get("ids") or {}).get(c, "") for c in ids)]
             if regression:
                 value = r.get("value")
-                writer.writerow([r["input"], "" if value is None else json.dumps(value), r.get("error", "")])
+                writer.writerow([*where, "" if value is None else json.dumps(value), r.get("error", "")])
                 continue
             preds = r.get("predictions") or []
             top = preds[0] if preds else {}
-            writer.writerow([r["input"], top.get("class", ""), f"{top['probability']:.6f}" if top else "",
+            writer.writerow([*where, top.get("class", ""), f"{top['probability']:.6f}" if top else "",
                              "; ".join(f"{p['class']} {p['probability']:.4f}" for p in preds), r.get("error", "")])
         text = buffer.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,13 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", "-k", type=int, default=3, help="how many classes to show per input (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="FILE", default=None,
-                        help="also write the results to FILE: .csv (one row per input, with an error column) or .json")
+                        help="also write the results to FILE: .csv (one row per input, with an error column; rows "
+                             "of a CSV input keep their row number and the ID columns training recognised) or .json")
 
 
 def run(args: argparse.Namespace) -> int:
     from torchwise.predict import failures, format_table, predict, write_results
 
-    results = predict(args.model, args.inputs, top_k=args.top_k)
+    # The data line (how a CSV file was read) goes to stderr: stdout stays the table or JSON alone.
+    results = predict(args.model, args.inputs, top_k=args.top_k, log=lambda line: print(line, file=sys.stderr))
     print(json.dumps(results, indent=2) if args.json else format_table(results))
     if args.out:
         print(f"wrote {write_results(results, args.out)}", file=sys.stderr)

@@ -11,7 +11,7 @@ import csv
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from torchwise.errors import TorchwiseError
 
@@ -169,3 +169,25 @@ def read_table(path: str | Path) -> Table:
 def read_csv(path: str | Path) -> tuple[list[str], list[list[str]]]:
     table = read_table(path)
     return table.header, table.rows
+
+
+def describe_reading(delimiter: str, decimals: Iterable[str], ids: Sequence[str], *, encoding: str = "utf-8",
+                     decided: str = "detected") -> str:
+    """How a CSV file was read, for the console's data line: the separator, the decimal mark of its
+    number columns (`decided`: how it was decided) and the identifier columns, so a file exported from a
+    spreadsheet visibly read as it was written."""
+    parts = [f"separator {delimiter!r}" + (f" ({_DELIMITER_NAMES[delimiter]})" if delimiter in _DELIMITER_NAMES
+                                            and delimiter != "," else "")]
+    marks = list(decimals)
+    names = {",": "comma", ".": "point"}
+    if len(set(marks)) == 1:
+        parts.append(f"decimal {names.get(marks[0], repr(marks[0]))} ({decided})")
+    elif marks:
+        parts.append(f"decimal comma in {marks.count(',')} column(s), point in {marks.count('.')} ({decided})")
+    if encoding != "utf-8":
+        parts.append(f"encoding {encoding}")
+    if ids:
+        parts.append(("ID columns " if len(ids) > 1 else "ID column ") + ", ".join(map(repr, ids)))
+    else:
+        parts.append("no ID column")
+    return ", ".join(parts)

@@ -209,6 +209,25 @@ def decode_image(path: str) -> tuple[Any, str | None]:
         return None, str(exc)
 
 
+# A colour pixel differs between its channels by more than this many levels; gray stored as RGB
+# (a JPEG, a composited RGBA scan) differs by a few levels of compression noise at most.
+COLOUR_SPREAD = 24
+
+
+def has_gray_pixels(image: Any) -> bool:
+    """Whether a decoded image (see open_image) shows only grays, whatever its file stored: a digit
+    saved as an RGB JPEG or an RGBA PNG is as gray as an "L" PNG. At most 1 pixel in 1000 may be
+    coloured (stray compression noise); larger images are looked at reduced to about 64 pixels."""
+    import numpy as np
+
+    if image.mode == "L":
+        return True
+    factor = max(1, min(image.size) // 64)
+    values = np.asarray(image.reduce(factor) if factor > 1 else image, dtype=np.int16)
+    spread = values.max(axis=2) - values.min(axis=2)
+    return float((spread > COLOUR_SPREAD).mean()) <= 0.001
+
+
 def read_image(path: str | Path, mode: str):
     """open_image, then to_mode(mode): what training, validation and prediction feed the transforms."""
     return to_mode(open_image(path), mode)

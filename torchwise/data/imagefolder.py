@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from torchwise.data.class_folders import (IMAGE_EXTENSIONS, TRAIN_DIRS, VAL_DIRS, class_name_of, find_subfolder,
                                           image_files, list_class_dirs, unique_files, walk_images)
 from torchwise.data.image_decode import (GRAY_MODES, SOURCE_MODE, UnreadableImage, decode_image, describe_modes,
-                                         open_image, read_image, to_mode, to_standard)
+                                         has_gray_pixels, open_image, read_image, to_mode, to_standard)
 from torchwise.errors import TorchwiseError
 
 # What this module offers, with the names of the two modules it was split into that other modules
@@ -56,6 +56,8 @@ class ImageFolderData:
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # path -> decoded PIL image
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)  # path -> (width, height)
     source_modes: dict[str, int] = field(default_factory=dict)  # the files' own pixel modes -> count
+    # every readable image shows only grays, whatever its file stored (RGB JPEGs of scans, RGBA digits)
+    gray_pixels: bool = False
 
     def class_counts(self, samples: Sequence[Sample]) -> dict[str, int]:
         counts = Counter(label for _, label in samples)
@@ -71,6 +73,7 @@ class ImageFolderData:
             "val_counts": self.class_counts(self.val),
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
             "grayscale": self.grayscale,
+            "gray_pixels": self.gray_pixels,
             "median_side": self.median_side,
             "pixels": describe_modes(self.source_modes),
         }
@@ -150,6 +153,13 @@ class _Decoded:
     source_modes: Counter[str] = field(default_factory=Counter)
     sides: list[int] = field(default_factory=list)
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    colour_images: int = 0                       # images with coloured pixels (has_gray_pixels False)
+
+
+def _decode_and_look(path: str) -> tuple[Any, str | None, bool]:
+    """decode_image, and whether the image shows only grays (looked at in the pool's thread too)."""
+    image, reason = decode_image(path)
+    return image, reason, image is not None and has_gray_pixels(image)
 
 
 def _decode_all(files: Sequence[File], skipped: list[tuple[str, str]], *, threads: int, progress: bool,
@@ -160,13 +170,14 @@ def _decode_all(files: Sequence[File], skipped: list[tuple[str, str]], *, thread
     out = _Decoded()
     cached_bytes = 0
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        results = pool.map(decode_image, [f for f, _, _ in files])
-        for (path, _, _), (image, reason) in tqdm(zip(files, results), total=len(files), unit="img",
+        results = pool.map(_decode_and_look, [f for f, _, _ in files])
+        for (path, _, _), (image, reason, gray) in tqdm(zip(files, results), total=len(files), unit="img",
                                                   desc="scanning images", disable=not progress, leave=False):
             if image is None:
                 skipped.append((path, reason or "unreadable"))
                 continue
             out.modes[image.mode] += 1
+            out.colour_images += not gray
             out.source_modes[image.info.get(SOURCE_MODE, image.mode)] += 1
             out.sides.append(min(image.size))
             out.sizes[path] = image.size
@@ -230,7 +241,7 @@ def scan_image_folder(root: str | Path, *, val_fraction: float = 0.2, seed: int 
         median_side=sides[len(sides) // 2] if sides else 0,
         cache={k: v for k, v in decoded.images.items() if v is not None},
         sizes={f: decoded.sizes[f] for f, _, _ in good},
-        source_modes=dict(decoded.source_modes),
+        source_modes=dict(decoded.source_modes), gray_pixels=bool(decoded.modes) and not decoded.colour_images,
     )
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchwise import numbers
-from torchwise.data.csv_read import DELIMITERS, Table, detect_delimiter, read_csv, read_table
+from torchwise.data.csv_read import DELIMITERS, Table, describe_reading, detect_delimiter, read_csv, read_table
 from torchwise.data.tabular_encoder import MISSING_CATEGORY, TabularEncoder, is_missing, show_examples
 from torchwise.errors import TorchwiseError
 
@@ -271,6 +271,10 @@ def load_tabular(path: str | Path, target: str | None, *, problem: str = "auto",
         notes["ignored_columns"] = encoder.ignored
     if encoder.why:
         notes["column_types"] = dict(encoder.why)
+    notes["id_columns"] = list(encoder.ids)
+    notes["read_as"] = describe_reading(table.delimiter, encoder.decimals.values(), encoder.ids,
+                                        encoding=table.encoding,
+                                        decided="detected" if decimal == "auto" else f"data.decimal={decimal}")
     encoder.forget_rows()
     mean, std = standardize_stats(x_train)
     # Rows are numbered within the file (not within `kept`) so eval can find them again.

@@ -7,6 +7,7 @@ encoder is saved as JSON in the run's metadata and applied unchanged to validati
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -15,6 +16,9 @@ from torchwise import numbers
 from torchwise.errors import TorchwiseError
 
 MISSING_CATEGORY = "<missing>"
+# The reason an identifier column is ignored starts with this (runs saved before `ids` was recorded
+# are read back through it).
+IDENTIFIER = "looks like an identifier"
 
 
 def is_missing(value: str) -> bool:
@@ -66,6 +70,26 @@ def _fit_numeric(encoder: TabularEncoder, column: str, col: numbers.ColumnNumber
                         f"({', '.join(map(repr, col.nonfinite_examples))}) read as missing: {what}")
 
 
+# Column names that say "identifier" (lower case, dots and spaces dropped); a name ending in "_id",
+# " id", "-id" or camel-case "Id"/"ID" (customerId, WineID) says it too.
+_ID_NAMES = {"id", "ids", "identifier", "index", "idx", "row", "rowid", "rownumber", "nr", "no", "#", "n°"}
+_ID_SUFFIX = re.compile(r"(^|[_\s.\-])id$|[a-z0-9](Id|ID)$")
+
+
+def _named_identifier(column: str, cells: Sequence[str]) -> str | None:
+    """Why `column` is an identifier when its name says so and every row has its own value (1, 2, 3 or
+    A-17): numbers that only count rows would be learnt as a feature (a file sorted by class makes them
+    predict it). None otherwise."""
+    name = column.strip()
+    if name.lower().replace(".", "").replace(" ", "") not in _ID_NAMES and not _ID_SUFFIX.search(name.lower()) \
+            and not _ID_SUFFIX.search(name):
+        return None
+    if len(cells) < 2 or any(is_missing(c) for c in cells) or len(set(cells)) < len(cells):
+        return None
+    return (f"{IDENTIFIER} (named {column!r}, every one of the {len(cells)} rows has its own value, e.g. "
+            f"{show_examples(cells)})")
+
+
 def _unusable(col: numbers.ColumnNumbers, present_all: Sequence[str]) -> tuple[str, bool] | None:
     """(why the column is ignored, whether to warn), for a column with nothing to learn from; None if usable."""
     if not present_all:
@@ -95,7 +119,8 @@ def _fit_categories(encoder: TabularEncoder, column: str, col: numbers.ColumnNum
     numbers_note = (f"not numeric: {col.reason}" if col.number_count else
                     f"text values (e.g. {show_examples(present_all)})")
     if len(counts) > max_categories and len(counts) > 0.5 * len(present):
-        encoder.ignored[column] = (f"looks like an identifier ({len(counts)} distinct values in "
+        encoder.ids.append(column)  # predict keeps its values beside each prediction
+        encoder.ignored[column] = (f"{IDENTIFIER} ({len(counts)} distinct values in "
                                    f"{len(present)} training rows, e.g. {show_examples(present)}); "
                                    f"{numbers_note}")
         if col.number_count > col.not_number_count:
@@ -123,6 +148,8 @@ class TabularEncoder:
     decimals: dict[str, str] = field(default_factory=dict)           # numeric column -> "." or ","
     # why a column is categories rather than numbers, or how its decimal mark was decided
     why: dict[str, str] = field(default_factory=dict)
+    # identifier columns (ignored as features): predict writes their values beside each prediction
+    ids: list[str] = field(default_factory=list)
     # while the training file is being encoded (remember_values): the values its cells were read as
     _rows: dict[int, int] | None = field(default=None, repr=False, compare=False)
     _values: dict[str, list[float | None]] | None = field(default=None, repr=False, compare=False)
@@ -169,7 +196,11 @@ class TabularEncoder:
         index = {name: i for i, name in enumerate(header)}
         columns = _read_columns(all_rows, index, feature_columns, decimal, decimal_hint)
         for column in feature_columns:
-            if columns[column].numeric:
+            named_id = _named_identifier(column, [r[index[column]] for r in all_rows])
+            if named_id is not None:
+                encoder.ids.append(column)  # predict keeps its values beside each prediction
+                encoder.ignored[column] = named_id
+            elif columns[column].numeric:
                 _fit_numeric(encoder, column, columns[column], index[column], rows, all_rows, warnings)
             else:
                 _fit_categories(encoder, column, columns[column], index[column], rows, all_rows, max_categories,
@@ -223,11 +254,14 @@ class TabularEncoder:
 
     def to_dict(self) -> dict[str, Any]:
         return {"columns": self.columns, "numeric": self.numeric, "categorical": self.categorical,
-                "ignored": self.ignored, "missing": self.missing, "decimals": self.decimals, "why": self.why}
+                "ignored": self.ignored, "missing": self.missing, "decimals": self.decimals, "why": self.why,
+                "ids": self.ids}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TabularEncoder":
         return cls(columns=list(data["columns"]), numeric=dict(data["numeric"]),
                    categorical={k: list(v) for k, v in data["categorical"].items()},
                    ignored=dict(data.get("ignored", {})), missing=data.get("missing", "drop"),
-                   decimals=dict(data.get("decimals", {})), why=dict(data.get("why", {})))
+                   decimals=dict(data.get("decimals", {})), why=dict(data.get("why", {})),
+                   ids=list(data.get("ids") or [c for c, why in data.get("ignored", {}).items()
+                                                if str(why).startswith(IDENTIFIER)]))

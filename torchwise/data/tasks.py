@@ -252,7 +252,7 @@ def _prepare_image(config: RunConfig, run_dir: str | Path | None, *, progress: b
     mode, channels = ("L", 1) if gray else ("RGB", 3)
     side = image_side(config, model_name, scan.median_side)
     augmentation = transforms.decide_augmentation(d.crop_scale, d.hflip, d.center_crop, gray=gray,
-                                                  median_side=scan.median_side)
+                                                  median_side=scan.median_side, gray_pixels=scan.gray_pixels)
     # from here on the data settings are the decided ones (the cache size depends on the center crop)
     d = dataclasses.replace(d, crop_scale=augmentation.crop_scale, hflip=augmentation.hflip,
                             center_crop=augmentation.center_crop)

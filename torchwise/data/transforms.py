@@ -19,7 +19,7 @@ class Augmentation:
     crop_scale: float
     hflip: bool
     center_crop: float
-    why: str = ""
+    why: str = ""   # the rule behind each choice, with the key that changes it
 
     def describe(self) -> str:
         crop = "no random crop" if self.crop_scale >= 1 else f"random crop >= {self.crop_scale:g} of the area"
@@ -28,24 +28,44 @@ class Augmentation:
         return f"{crop}, {flips}, {val}" + (f" ({self.why})" if self.why else "")
 
 
+def _flip_rule(gray: bool, gray_pixels: bool) -> tuple[bool, str]:
+    """The documented rule for data.hflip=auto: a mirror image means the same thing in a colour photo of
+    an object, not in digits, letters, documents or scans, which are gray far more often than not."""
+    if gray_pixels:
+        return False, ("no flips, as every image is gray and a mirrored digit, letter or scan is another "
+                       "thing: data.hflip=true turns them on")
+    if gray:
+        return False, "no flips, as the input is gray (data.channels=gray): data.hflip=true turns them on"
+    return True, ("flips, as a mirrored colour photo shows the same thing: data.hflip=false turns them off "
+                  "for text, signs or digits")
+
+
 def decide_augmentation(crop_scale: Any, hflip: Any, center_crop: Any, *, gray: bool,
-                        median_side: int) -> Augmentation:
+                        median_side: int, gray_pixels: bool | None = None) -> Augmentation:
     """Settings as given, each "auto" chosen for the images at hand: ImageNet's conventions (crops down
-    to 35% of the area, flips, a 0.875 center crop) suit photos of objects, not 8x8 digits."""
+    to 35% of the area, flips, a 0.875 center crop) suit photos of objects, not 8x8 digits.
+    gray: the model's input is gray; gray_pixels: every image shows only grays, whatever its file
+    stored (default: gray)."""
     small = median_side < SMALL_IMAGE_SIDE
-    reasons = []
-    if small and "auto" in (crop_scale, center_crop):
-        reasons.append(f"images of {median_side} pixels")
+    rules, given = [], []
+    if "auto" in (crop_scale, center_crop):
+        rules.append(f"mild crops, as images of {median_side} pixels frame the object tightly" if small else
+                     f"ImageNet's crops for images of {median_side} pixels")
     if crop_scale == "auto":
         crop_scale = 0.8 if small else 0.35
+    else:
+        given.append(f"data.crop_scale={crop_scale:g}")
     if center_crop == "auto":
         center_crop = 1.0 if small else 0.875
+    else:
+        given.append(f"data.center_crop={center_crop:g}")
     if hflip == "auto":
-        hflip = not gray
-        if gray:
-            reasons.append("grayscale: a mirrored digit or letter is another thing")
-    return Augmentation(float(crop_scale), bool(hflip), float(center_crop),
-                        why="auto: " + ", ".join(reasons) if reasons else "")
+        hflip, flip_why = _flip_rule(gray, gray if gray_pixels is None else gray_pixels)
+        rules.append(flip_why)
+    else:
+        given.append(f"data.hflip={str(bool(hflip)).lower()}")
+    why = "; ".join(([f"auto: {'; '.join(rules)}"] if rules else []) + ([f"set: {', '.join(given)}"] if given else []))
+    return Augmentation(float(crop_scale), bool(hflip), float(center_crop), why=why)
 
 
 def _to_float():

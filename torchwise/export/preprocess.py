@@ -9,6 +9,7 @@ do not have it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -115,20 +116,69 @@ def preprocess_readable(paths: Sequence[str], spec: Mapping[str, Any]):
     return x, good, failed
 
 
-def preprocess_csv(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]):
-    """CSV rows -> (standardized features float32 [N, F], labels "row N"). The target column may be absent."""
+@dataclass
+class CsvRows:
+    """A CSV file's rows prepared for the model, with what identifies each row in the results."""
+    x: Any                                  # standardized features float32 [N, F]
+    labels: list[str]                       # "FILE:row N"
+    rows: list[dict[str, Any]]              # per row: {"row": N (1 = first data row), "ids": {column: value}}
+    read_as: str                            # how the file was read (separator, decimal mark, ID columns)
+    missing_ids: list[str] = field(default_factory=list)  # ID columns of the training file absent here
+
+
+def _own_decimal_marks(encoder: Any, table: Any) -> list[str]:
+    """Numeric columns read with this file's own decimal mark where the file proves the other mark than
+    the training file's (3.5 where training read 3,5): a cell proves it for its column, and when every
+    proof in the file agrees, columns that cannot tell (1.234) follow them, as training decides. Read
+    with the training mark they would be missing or a thousand times too large. Returns them."""
+    from torchwise import numbers
+
+    read = {column: numbers.decide_column([row[table.header.index(column)] for row in table.rows], hint=mark)
+            for column, mark in encoder.decimals.items() if column in table.header}
+    proofs = {col.proven for col in read.values() if col.numeric and col.proven}
+    changed = []
+    for column, col in read.items():
+        mark = col.proven or (next(iter(proofs)) if len(proofs) == 1 else None)
+        if col.numeric and mark and mark != encoder.decimals[column]:
+            encoder.decimals[column] = mark
+            changed.append(column)
+    return changed
+
+
+def read_csv_rows(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> CsvRows:
+    """CSV rows -> features the model takes, read with the training file's decimal marks, and for each
+    row its number and the values of the ID columns the training run recognised (kept beside every
+    prediction, so results are matched by ID, not by position). The target column may be absent."""
     import numpy as np
 
-    from torchwise.data.tabular import TabularEncoder, read_csv
+    from torchwise.data.csv_read import describe_reading, read_table
+    from torchwise.data.tabular_encoder import TabularEncoder
 
     tab = meta.get("tabular") or {}
     if "encoder" not in tab:
         raise TorchwiseError("The model's metadata has no tabular encoder, so CSV rows cannot be encoded.",
                              values={"metadata keys": sorted(meta)}, fix="export the model from a tabular run")
-    header, rows = read_csv(path)
+    table = read_table(path)
     encoder = TabularEncoder.from_dict(tab["encoder"])
-    x, _imputed = encoder.encode(header, rows)
+    changed = _own_decimal_marks(encoder, table)
+    x, imputed = encoder.encode(table.header, table.rows)
     mean = np.asarray(spec["mean"], dtype=np.float32)
     std = np.asarray(spec["std"], dtype=np.float32)
     x = ((x - mean) / std).astype(np.float32)
-    return x, [f"{Path(path).name}:row {i + 1}" for i in range(len(rows))]
+    ids = [c for c in encoder.ids if c in table.header]
+    where = [table.header.index(c) for c in ids]
+    rows = [{"row": i + 1, "ids": {c: row[j] for c, j in zip(ids, where)}} for i, row in enumerate(table.rows)]
+    read_as = describe_reading(table.delimiter, encoder.decimals.values(), ids, encoding=table.encoding,
+                               decided="as in training" if not changed else
+                               f"this file's own in {len(changed)} column(s); the training file had the other mark")
+    if imputed:  # an empty cell, or a number written with the other decimal mark than the training file's
+        read_as += (f"; {imputed} feature cell(s) empty or not numbers with the training file's decimal mark: "
+                    f"filled like missing values (the training mean, or no category)")
+    return CsvRows(x, [f"{Path(path).name}:row {i + 1}" for i in range(len(table.rows))], rows, read_as,
+                   [c for c in encoder.ids if c not in ids])
+
+
+def preprocess_csv(path: str, meta: Mapping[str, Any], spec: Mapping[str, Any]):
+    """CSV rows -> (standardized features float32 [N, F], labels "row N"). The target column may be absent."""
+    read = read_csv_rows(path, meta, spec)
+    return read.x, read.labels

@@ -14,7 +14,7 @@ def log_data(task, log) -> None:
             f"{s.get('augmentation', 'in the loader')}")
     else:
         log(f"data: {s['root']}: {s['problem']} of {s['target']!r}, {s['train_rows']} train / {s['val_rows']} val "
-            f"rows, {s['features']} features")
+            f"rows, {s['features']} features" + (f"; read as: {s['read_as']}" if s.get("read_as") else ""))
         for key in ("dropped_missing_target", "dropped_missing_features", "imputed_values"):
             if s.get(key):
                 log(f"data: {key.replace('_', ' ')}: {s[key]}")

@@ -160,16 +160,3 @@ def test_exif_orientation_is_applied(tmp_path):
     assert scan.cache[path].size == (10, 20)
     dataset = imagefolder.ImageDataset(scan.train, lambda image: image, mode="RGB")  # from disk, no cache
     assert dataset[0][0].size == (10, 20)
-
-
-def test_auto_augmentation_suits_the_images():
-    from torchwise.data.transforms import decide_augmentation
-
-    digits = decide_augmentation("auto", "auto", "auto", gray=True, median_side=8)
-    assert (digits.crop_scale, digits.hflip, digits.center_crop) == (0.8, False, 1.0)
-    assert "8 pixels" in digits.describe() and "grayscale" in digits.describe()
-    photos = decide_augmentation("auto", "auto", "auto", gray=False, median_side=375)
-    assert (photos.crop_scale, photos.hflip, photos.center_crop) == (0.35, True, 0.875)
-    assert "auto" not in photos.describe()
-    chosen = decide_augmentation(0.5, True, 0.9, gray=True, median_side=8)  # what the user set is kept
-    assert (chosen.crop_scale, chosen.hflip, chosen.center_crop) == (0.5, True, 0.9)
