@@ -190,30 +190,15 @@ def _validate_section(self: Any) -> None:
         setattr(self, f.name, coerce_value(f"{section}.{f.name}", getattr(self, f.name)))
 
 
-# Plain command-line flags and the config key each one sets. The CLI defines them with
-# default=None so that only flags the user actually typed override the YAML file.
+# Plain command-line flags and the config key each one sets (most flags are named as their key). The CLI
+# defines them with default=None so that only flags the user actually typed override the YAML file.
 FLAG_KEYS: dict[str, str] = {
-    "data": "data.path",
-    "target": "data.target",
-    "problem": "data.problem",
-    "decimal": "data.decimal",
-    "val_fraction": "data.val_fraction",
-    "image_size": "data.image_size",
-    "missing": "data.missing",
-    "num_workers": "data.num_workers",
-    "model": "model.name",
-    "weights": "model.weights",
-    "freeze_backbone": "model.freeze_backbone",
-    "epochs": "train.epochs",
-    "max_steps": "train.max_steps",
-    "batch_size": "train.batch_size", "lr": "train.lr",
-    "seed": "train.seed",
-    "precision": "train.precision",
-    "device": "train.device",
-    "checkpoint_every": "train.checkpoint_every",
-    "profile": "train.profile", "fast": "train.fast",
-    "resume": "train.resume", "extend_schedule": "train.extend_schedule",
-    "out": "output.dir",
+    **{flag: f"data.{flag}" for flag in ("target", "problem", "decimal", "val_fraction", "image_size", "missing",
+                                         "num_workers")},
+    "data": "data.path", "model": "model.name", "out": "output.dir",
+    **{flag: f"model.{flag}" for flag in ("weights", "freeze_backbone")},
+    **{flag: f"train.{flag}" for flag in ("epochs", "max_steps", "batch_size", "lr", "seed", "precision", "device",
+                                          "checkpoint_every", "profile", "fast", "resume", "extend_schedule")},
 }
 
 
