@@ -54,10 +54,36 @@ class Started:
             (os.killpg if self.group else os.kill)(self.pid, sig)
 
     def end(self) -> None:
+        # the ranks a launcher started are in sessions of their own: SIGKILL on its group alone would leave them
+        # training (for FOREVER epochs) through the rest of the suite, so every descendant is ended by its pid
+        family = descendants(self.pid)
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGKILL)
+        for pid in family:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait(timeout=60)
         self.out.close(), self.err.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` now (Linux /proc), children before their own children."""
+    parent_of: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # it ended meanwhile
+            parent_of[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parent_of.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
 
 
 def torchwise_process(tmp_path: Path, name: str, *args: object, group: bool = False) -> Started:
