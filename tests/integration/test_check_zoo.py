@@ -90,8 +90,39 @@ def _assert_objective(path: Path, result) -> None:
         assert "loss-not-decreasing" in result.coverage.get("undecided", {}), path.name
 
 
+def check_in_its_own_process(path: Path, tmp_path: Path) -> dict:
+    """`torchwise check --report` on the script in a process of its own, as a user runs it: for scripts whose
+    DataLoader forks worker processes. Forked from this pytest worker late in the full suite, augment_train_only's
+    workers stopped delivering after 10 batches (twice, at the same step) while the script alone passes: the fork
+    inherits something an earlier in-process test left behind."""
+    import json
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "torchwise", "check", "--report", str(report), "--", sys.executable,
+                           str(path)], capture_output=True, text=True, timeout=300)
+    assert report.exists(), f"torchwise check wrote no report (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    return json.loads(report.read_text())
+
+
+def forks_loader_workers(path: Path) -> bool:
+    return re.search(r"num_workers=[1-9]", path.read_text()) is not None
+
+
+def _no_finding_in_its_own_process(path: Path, tmp_path: Path, allowed: set[str]) -> None:
+    report = check_in_its_own_process(path, tmp_path)
+    assert not report["script_failed"] and report["steps"] > 0, report
+    unexpected = [f for f in report["findings"] if not (f["severity"] == "info" and f["id"] in allowed)]
+    assert unexpected == [], unexpected
+    assert report["checker_errors"] == [], report["checker_errors"]
+
+
 @pytest.mark.parametrize("path", CORRECT, ids=lambda p: p.stem)
-def test_correct_script_has_no_finding(path):
+def test_correct_script_has_no_finding(path, tmp_path):
+    if forks_loader_workers(path):
+        assert path.name not in OBJECTIVES
+        return _no_finding_in_its_own_process(path, tmp_path, info_ok(path) | {"dataloader-bottleneck"})
     result = run_quietly(path)
     _assert_objective(path, result)
     assert result.error is None, result.traceback
