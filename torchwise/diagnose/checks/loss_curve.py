@@ -35,7 +35,7 @@ def _curve_summary(vals: list[float], chance: float | None) -> dict | None:
             "learned": bool(chance and last < 0.5 * chance)}
 
 
-def _loss_series(w, ls: dict) -> list[tuple[str | None, list[float]]]:
+def _loss_series(w, ls: dict, order: list[int] | None) -> list[tuple[str | None, list[float]]]:
     """The loss curves to judge: one per optimizer where several step (each has its own loss and objective),
     else the whole run's; only those of a fixed objective (a GAN's or a policy gradient's need not fall)."""
     all_curves = step_record.loss_curves(w, ls)
@@ -43,8 +43,7 @@ def _loss_series(w, ls: dict) -> list[tuple[str | None, list[float]]]:
     names = {id(o): type(o).__name__ for o in w.optim_steps.optimizers}
     kinds = w.objective.kinds()
     loose = {oid: k for oid, k in kinds.items() if k not in FIXED_OBJECTIVES}
-    order = fits.separate_fits(w)
-    if order is not None:  # each fit runs the same code: one fit's objective is every fit's
+    if order is not None:  # separate fits (checks/fits.py); each fit runs the same code: one fit's objective is every fit's
         if not kinds or loose:
             return []
         return [(f"fit {i + 1} of {len(order)} ({names.get(oid, 'optimizer')})", all_curves.get(oid, []))
@@ -71,13 +70,13 @@ def judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
                     ": an adversarial pair (a GAN), whose losses pull against each other and need not decrease")
     C = w.loss_watch.cls.get("C")
     chance = math.log(C) if C and C >= 2 else (math.log(2) if w.loss_watch.bin["pos"] + w.loss_watch.bin["neg"] else None)
-    series = _loss_series(w, ls)
+    order = fits.separate_fits(w)
+    series = _loss_series(w, ls, order)
     if not series:
         return [], w.objective.not_judged()
     stopped = bool(w.health.stop_reason) or (bool(w.max_steps) and w.steps >= w.max_steps)
     epochs = sum(1 for p in w.loaders.passes if p.closed and p.steps > 0)
     seen_enough = not stopped or epochs >= 2
-    order = fits.separate_fits(w)
     if order is not None:
         return _judge_fits(w, series, chance, seen_enough)
     found, reasons = [], []
@@ -89,9 +88,7 @@ def judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
             cs["learned"] = ls["learned"]
         if not _is_flat(cs):
             continue
-        b, se, m = trend(vals)
-        best_drop = max(0.0, -(b - 2 * se)) * m  # the most decrease the noise allows over the window (2 s.e.)
-        clear = best_drop < 0.03 * cs["first"]
+        b, se, best_drop, clear = _noise_bound(vals, cs)
         if not (clear or seen_enough):
             reasons.append(
                 f"{'the loss of ' + label if label else 'the loss'} went from {cs['first']:.4g} to {cs['last']:.4g} "
@@ -106,6 +103,14 @@ def judge_loss(w, ls: dict) -> tuple[list[Finding], str | None]:
                                         short_run=cs["n"] < SHORT_RUN_VALUES))
         break
     return found, ("; ".join(reasons) if reasons and not found else None)
+
+
+def _noise_bound(vals: list[float], cs: dict) -> tuple[float, float, float, bool]:
+    """The curve's trend (slope, standard error), the most decrease its noise allows over the window (2 s.e.), and
+    whether that is clearly no progress (under 3% of where it started)."""
+    b, se, m = trend(vals)
+    best_drop = max(0.0, -(b - 2 * se)) * m
+    return b, se, best_drop, best_drop < 0.03 * cs["first"]
 
 
 def _is_flat(cs: dict) -> bool:
@@ -123,9 +128,7 @@ def _judge_fits(w, series: list, chance: float | None, seen_enough: bool) -> tup
         judged += 1
         if not _is_flat(cs):
             return [], None
-        b, se, m = trend(vals)
-        best_drop = max(0.0, -(b - 2 * se)) * m
-        clear = best_drop < 0.03 * cs["first"]
+        _, _, best_drop, clear = _noise_bound(vals, cs)
         if not (clear or seen_enough):
             return [], None  # a slow start in a run cut short: no verdict on this fit, so none on all
         flat.append((label, cs, best_drop, clear))
